@@ -1,0 +1,52 @@
+# Herald — the one entry point. `make run` and `make test` work on a fresh
+# machine with nothing but Python ≥ 3.11 and make: they create .venv themselves.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CONFIG ?= config.example.toml
+# Two workers: the e2e tests mostly wait on daemons and receivers. Tests that
+# bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
+PYTEST_ARGS ?= -n 2 --dist loadgroup
+
+.PHONY: run test lint format bench install dev clean services
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Reinstall whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/herald run --config $(CONFIG)
+
+lint: dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+format: dev
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+services:
+	@scripts/test-services.sh
+
+test: lint services
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: dev services
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build src/*.egg-info

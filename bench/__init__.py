@@ -1,0 +1,1 @@
+"""Herald benchmarks: ``python -m bench [NAME] [options]`` (see ``bench/__main__.py``)."""

@@ -1,0 +1,95 @@
+"""``aws_eventbridge`` (spec alias ``cloudA_eventbridge``): one PutEvents entry per event.
+
+``DetailType`` is the event type, ``Source`` the config key
+``delivery.eventbridge_source`` (default ``herald``), ``Detail`` the envelope and
+``Time`` the event's ``created_at`` (EventBridge keeps whole seconds; the exact
+value is in the envelope). PutEvents answers 200 even when it drops the entry,
+so an entry with an ``ErrorCode`` is a failed attempt carrying that code. The
+credential fields are the spec's ``access_key_id`` / ``secret_access_key``
+(there is no session-token field: temporary credentials come from the standard
+chain). IAM: ``events:PutEvents`` on the bus.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator, model_validator
+
+from herald.adapters.aws import AWSAdapter, AWSConfig, Credentials, Region, failure, http_status
+from herald.adapters.base import Result, sensitive
+from herald.model import Event
+from herald.timeutil import parse_timestamp
+
+# AWS's pattern for EventBusName in a PutEvents entry: a name or a bus ARN.
+_BUS = re.compile(
+    r"(arn:aws[\w-]*:events:[a-z]{2}-[a-z]+-[\w-]+:[0-9]{12}:event-bus/)?[/.\-_A-Za-z0-9]{1,1600}",
+    re.ASCII,
+)
+
+
+class EventBridgeConfig(AWSConfig):
+    event_bus_name: str = Field(description="bus name or ARN")
+    region: Region
+    access_key_id: str | None = Field(default=None, json_schema_extra=sensitive("access key id"))
+    secret_access_key: str | None = Field(
+        default=None, json_schema_extra=sensitive("secret access key")
+    )
+
+    target_fields: ClassVar[tuple[str, ...]] = ("event_bus_name", "region")
+
+    @field_validator("event_bus_name")
+    @classmethod
+    def _bus(cls, value: str) -> str:
+        if not _BUS.fullmatch(value):
+            raise ValueError("must be an event bus name or an event-bus ARN")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> EventBridgeConfig:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError(
+                "access_key_id and secret_access_key go together: give both, or neither"
+                " to use the standard AWS credential chain"
+            )
+        return self
+
+    def credentials(self) -> Credentials | None:
+        if self.access_key_id is None or self.secret_access_key is None:
+            return None
+        return Credentials(self.access_key_id, self.secret_access_key)
+
+    def region_name(self) -> str | None:
+        return self.region
+
+
+class EventBridgeAdapter(AWSAdapter):
+    type_id = "aws_eventbridge"
+    aliases = ("cloudA_eventbridge",)
+    config_model = EventBridgeConfig
+    service = "events"
+
+    async def publish(self, client: Any, config: EventBridgeConfig, event: Event) -> Result:
+        response = await client.put_events(
+            Entries=[
+                {
+                    "EventBusName": config.event_bus_name,
+                    "Source": self.ctx.settings.delivery.eventbridge_source,
+                    "DetailType": event.type,
+                    "Detail": event.envelope().decode(),
+                    # From the text, which is what receivers see everywhere else.
+                    "Time": dt.datetime.fromtimestamp(
+                        parse_timestamp(event.created_at).epoch, dt.UTC
+                    ),
+                }
+            ]
+        )
+        status = http_status(response)
+        entries = response.get("Entries") or [{}]
+        if (response.get("FailedEntryCount") or 0) > 0 or entries[0].get("ErrorCode"):
+            entry = entries[0]
+            code = str(entry.get("ErrorCode") or "FailedEntry")
+            return failure(code, str(entry.get("ErrorMessage") or ""), status=status)
+        return Result.success(status=status)

@@ -1,0 +1,51 @@
+"""``aws_kinesis`` (spec alias ``cloudA_kinesis``): one PutRecord per event.
+
+The record's data is the envelope and its partition key the event id, which
+spreads events evenly over the shards. A record has no attributes, so the
+metadata travels only inside the envelope (``id``, ``type``, ``created_at``);
+the tenant is implied by the stream, which belongs to one tenant's destination.
+IAM: ``kinesis:PutRecord``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from herald.adapters.aws import AWSAdapter, KeySecretConfig, Region, http_status
+from herald.adapters.base import Result
+from herald.model import Event
+
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}", re.ASCII)
+
+
+class KinesisConfig(KeySecretConfig):
+    stream_name: str = Field(description="stream name")
+    region: Region
+
+    target_fields: ClassVar[tuple[str, ...]] = ("stream_name", "region")
+
+    @field_validator("stream_name")
+    @classmethod
+    def _stream_name(cls, value: str) -> str:
+        if not _STREAM_NAME.fullmatch(value):
+            raise ValueError("must be 1 to 128 letters, digits, '_', '.' or '-'")
+        return value
+
+    def region_name(self) -> str | None:
+        return self.region
+
+
+class KinesisAdapter(AWSAdapter):
+    type_id = "aws_kinesis"
+    aliases = ("cloudA_kinesis",)
+    config_model = KinesisConfig
+    service = "kinesis"
+
+    async def publish(self, client: Any, config: KinesisConfig, event: Event) -> Result:
+        response = await client.put_record(
+            StreamName=config.stream_name, Data=event.envelope(), PartitionKey=event.id
+        )
+        return Result.success(status=http_status(response))

@@ -1,0 +1,440 @@
+"""``azure_servicebus`` (alias ``cloudC_servicebus``): one message per event to a queue or topic.
+
+Message body = the envelope, ``application_properties`` = the event metadata,
+``message_id`` = the event id (so Service Bus duplicate detection, where
+enabled, drops resends), ``content_type`` = ``application/json``, ``subject``
+= the event type. Success is the broker accepting the transfer.
+
+Senders: the SDK's asyncio sender (pure-Python AMQP), one per (connection
+string, entity, endpoint) and shared by every attempt and destination using
+them. It must not send concurrently, so one send is in flight at a time and
+the attempts that queued meanwhile go out together as one batch (see
+:class:`_Sender`). Opening a sender — TCP, TLS, claims-based auth on
+``$cbs``, link attach — and every send are bounded by timeouts here, because
+the SDK can wait forever on a handshake a peer never completes. A sender that
+failed, timed out or was cancelled is retired so the next attempt reconnects;
+senders idle for four minutes are closed before Service Bus detaches idle
+links (ten minutes). The SDK's own retries are reduced to one quick reconnect
+inside an attempt: the engine owns retries.
+
+``connection_string`` is required here (the spec lists it as optional): it is
+the only way Herald can authenticate to Service Bus, and it also names the
+namespace. Its ``Endpoint`` is the target — a new key for the same namespace
+does not send the destination back to verification, a new namespace does.
+``UseDevelopmentEmulator=true`` makes the SDK speak plain AMQP to the
+endpoint's host and port (the Service Bus emulator, or a test broker).
+
+``endpoint_url`` (``sb://host[:port]``, ``amqps://host[:port]`` or
+``host:port``; default port 5671) routes the AMQP connection through another
+address — a gateway or a private endpoint — while tokens are still issued for
+the namespace (the SDK's ``custom_endpoint_address``, kept on AMQP over TCP;
+WebSockets are not offered). Through a custom endpoint the SDK reports refused
+credentials as a connection error, so they are retryable there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import ssl
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import certifi
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, TransportType
+from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+from azure.servicebus.exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusAuthenticationError,
+    ServiceBusAuthorizationError,
+    ServiceBusError,
+)
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+
+from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
+from herald.adapters.pool import ClientPool
+from herald.model import Destination, Event, Outcome
+
+OPEN_TIMEOUT_SECONDS = 10.0
+"""Upper bound for connect + auth + attach (further capped by the attempt deadline)."""
+CLOSE_TIMEOUT_SECONDS = 5.0
+IDLE_CLOSE_SECONDS = 240.0
+MESSAGE_ID_MAX = 128
+
+# Failures no retry fixes by itself; they still follow the retry schedule.
+_PERMANENT = (
+    MessagingEntityNotFoundError,
+    MessagingEntityDisabledError,
+    ServiceBusAuthenticationError,
+    ServiceBusAuthorizationError,
+    MessageSizeExceededError,
+)
+# https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftservicebus
+_ENTITY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionString:
+    """The parts of a Service Bus connection string that Herald looks at."""
+
+    namespace: str
+    """``host[:port]`` of the ``Endpoint``."""
+    entity_path: str | None
+    emulator: bool
+
+
+def parse_connection_string(value: str) -> ConnectionString:
+    """Check a connection string as the SDK reads it; messages name keys, never values.
+
+    ``Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…`` or
+    ``Endpoint=sb://…;SharedAccessSignature=…``, keys case-insensitive,
+    optionally ``EntityPath`` and ``UseDevelopmentEmulator``.
+    """
+    pairs = [part.split("=", 1) for part in value.strip().rstrip(";").split(";")]
+    if not value.strip() or any(len(p) != 2 or not p[0].strip() for p in pairs):
+        raise ValueError("must be Key=Value pairs separated by ';', as the Azure portal shows it")
+    fields: dict[str, str] = {}
+    for key, val in pairs:
+        name = key.strip().lower()
+        if name in fields:
+            raise ValueError(f"has {key.strip()} twice")
+        fields[name] = val.strip()
+    endpoint = fields.get("endpoint", "")
+    if not endpoint:
+        raise ValueError("must contain Endpoint=sb://<namespace>.servicebus.windows.net/")
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "sb" or not parts.hostname:
+        raise ValueError("has an Endpoint that is not an sb://host/ address")
+    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
+        raise ValueError("has an Endpoint with more than a host and port")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has an Endpoint with an invalid port") from None
+    key_name = fields.get("sharedaccesskeyname")
+    shared_key = fields.get("sharedaccesskey")
+    signature = fields.get("sharedaccesssignature")
+    if signature is not None and shared_key is not None:
+        raise ValueError("must contain a SharedAccessKey or a SharedAccessSignature, not both")
+    if signature is None:
+        if not key_name or not shared_key:
+            raise ValueError(
+                "must contain SharedAccessKeyName and SharedAccessKey (or SharedAccessSignature)"
+            )
+    elif not signature.startswith("SharedAccessSignature "):
+        raise ValueError("has a SharedAccessSignature that is not a SAS token")
+    emulator = fields.get("usedevelopmentemulator", "false").lower()
+    if emulator not in ("true", "false"):
+        raise ValueError("has UseDevelopmentEmulator other than true or false")
+    namespace = parts.hostname if port is None else f"{parts.hostname}:{port}"
+    entity = fields.get("entitypath") or None
+    return ConnectionString(namespace, entity, emulator == "true")
+
+
+def normalize_endpoint(value: str) -> str:
+    """``sb://host[:port]``, ``amqps://host[:port]`` or ``host[:port]`` → ``sb://host[:port]``."""
+    if "://" not in value:
+        value = f"sb://{value}"
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("sb", "amqps", "amqp") or not parts.hostname:
+        raise ValueError("must be sb://host[:port], amqps://host[:port] or host:port")
+    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
+        raise ValueError("must be just a host and port, without credentials or a path")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has an invalid port") from None
+    return f"sb://{parts.hostname}" + (f":{port}" if port is not None else "")
+
+
+class ServiceBusConfig(DestinationConfig):
+    # Never echo a submitted connection string back in a validation error.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    name: str
+    connection_string: str = Field(
+        json_schema_extra=sensitive("connection string of a policy with Send rights")
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _ENTITY.match(value):
+            raise ValueError(
+                "must be a queue or topic name: 1 to 260 letters, digits, periods, hyphens,"
+                " underscores and slashes, starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("connection_string")
+    @classmethod
+    def _connection_string(cls, value: str, info: ValidationInfo) -> str:
+        parsed = parse_connection_string(value)
+        name = info.data.get("name")
+        if parsed.entity_path is not None and name is not None and parsed.entity_path != name:
+            raise ValueError("has an EntityPath that differs from name; they must match")
+        return value
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            normalize_endpoint(value)
+        return value
+
+    @property
+    def namespace(self) -> str:
+        return parse_connection_string(self.connection_string).namespace
+
+    def target(self) -> tuple[Any, ...]:
+        """Namespace, entity and route: a rotated key is not a new target."""
+        return (self.namespace, self.name, self.endpoint_url)
+
+
+@dataclass(frozen=True, slots=True)
+class _SenderKey:
+    credentials: str
+    """SHA-256 fingerprint of the connection string (never the string)."""
+    entity: str
+    endpoint: str | None
+
+
+class _Sender:
+    """One open SDK sender and the attempts waiting to go out on it.
+
+    The SDK's sender is not safe for concurrent sends: interleaved, transfers
+    reach the wire out of delivery-id order and the service drops the
+    connection (``amqp:session:invalid-field``). So one send is in flight at a
+    time, and the attempts that queued up meanwhile go out together as one
+    batch (one transfer, one outcome for all of them): a busy destination is
+    not held to one message per round trip.
+    """
+
+    def __init__(self, client: ServiceBusClient, sender: ServiceBusSender, timeout: float) -> None:
+        self.client = client
+        self.sender = sender
+        self._timeout = timeout
+        self._waiting: list[tuple[ServiceBusMessage, asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def send(self, message: ServiceBusMessage) -> None:
+        """Send ``message`` with whatever else is waiting; raise the send's error."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="azure_servicebus-send")
+        # Cancelling this wait (the attempt's deadline) cancels ``done``: a message not
+        # yet taken into a batch is then dropped, one already sent stays sent.
+        await done
+
+    async def _flush(self) -> None:
+        taken: list[asyncio.Future[None]] = []
+        try:
+            while self._waiting:
+                async with asyncio.timeout(self._timeout):
+                    batch = await self.sender.create_message_batch()
+                payload: ServiceBusMessage | ServiceBusMessageBatch = batch
+                taken = []
+                while self._waiting:
+                    message, done = self._waiting[0]
+                    if done.done():  # its attempt gave up before it was taken
+                        self._waiting.pop(0)
+                        continue
+                    try:
+                        batch.add_message(message)
+                    except MessageSizeExceededError:
+                        if not taken:
+                            # Larger than a batch may be: alone, the link's own limit decides.
+                            self._waiting.pop(0)
+                            payload, taken = message, [done]
+                        break
+                    self._waiting.pop(0)
+                    taken.append(done)
+                if not taken:
+                    continue
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        await self.sender.send_messages(payload, timeout=self._timeout)
+                except MessageSizeExceededError as exc:
+                    _settle(taken, exc)  # only this payload is too big; the link is fine
+                else:
+                    _settle(taken, None)
+                taken = []
+        except Exception as exc:
+            # The sender is in doubt: fail all it holds (each attempt then retires it).
+            _settle([*taken, *(done for _, done in self._waiting)], exc)
+            self._waiting.clear()
+        except BaseException:
+            for done in [*taken, *(done for _, done in self._waiting)]:
+                done.cancel()
+            self._waiting.clear()
+            raise
+
+    async def close(self) -> None:
+        """Stop sending (waiting attempts are cancelled) and close the connection."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            await asyncio.wait({self._flusher})
+        await self.client.close()
+
+
+def _settle(waiting: list[asyncio.Future[None]], error: Exception | None) -> None:
+    for done in waiting:
+        if done.done():
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+
+def _tls_context() -> ssl.SSLContext:
+    """What the SDK builds for every connection (certifi's roots), built once instead:
+    loading the roots takes ~50 ms of CPU, which must not block the event loop."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(certifi.where())
+    return context
+
+
+class ServiceBusAdapter(Adapter):
+    type_id = "azure_servicebus"
+    aliases = ("cloudC_servicebus",)
+    config_model = ServiceBusConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._senders: ClientPool[_SenderKey, _Sender] = ClientPool(
+            name="azure_servicebus",
+            close=_Sender.close,
+            close_timeout=CLOSE_TIMEOUT_SECONDS,
+            idle_seconds=IDLE_CLOSE_SECONDS,
+        )
+        self._tls: ssl.SSLContext | None = None
+
+    @property
+    def open_timeout(self) -> float:
+        return min(OPEN_TIMEOUT_SECONDS, self.timeout)
+
+    async def _open(self, config: ServiceBusConfig) -> _Sender:
+        kwargs: dict[str, Any] = {
+            # One quick reconnect inside an attempt (a link the service detached
+            # while idle); anything longer is the engine's retry schedule.
+            "retry_total": 1,
+            "retry_backoff_factor": 0.2,
+            "retry_backoff_max": 1.0,
+            "retry_mode": "fixed",
+        }
+        if self._tls is None:
+            self._tls = await asyncio.to_thread(_tls_context)
+        kwargs["ssl_context"] = self._tls
+        if config.endpoint_url is not None:
+            kwargs["custom_endpoint_address"] = normalize_endpoint(config.endpoint_url)
+            # The SDK would switch to AMQP over WebSockets for a custom endpoint.
+            kwargs["transport_type"] = TransportType.Amqp
+        client = ServiceBusClient.from_connection_string(config.connection_string, **kwargs)
+        sender = client.get_queue_sender(queue_name=config.name)
+        await _open_bounded(client, sender, self.open_timeout)
+        return _Sender(client, sender, self.timeout)
+
+    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+        assert isinstance(config, ServiceBusConfig)
+        if len(event.id) > MESSAGE_ID_MAX:
+            return Result.permanent(
+                f"event id longer than {MESSAGE_ID_MAX} characters cannot be a message id"
+            )
+        try:
+            message = ServiceBusMessage(
+                event.envelope(),
+                application_properties=event.metadata(),  # type: ignore[arg-type]
+                message_id=event.id,
+                content_type="application/json",
+                subject=event.type,
+            )
+        except ValueError as exc:
+            return Result.permanent(f"cannot be a Service Bus message: {exc}")
+        key = _SenderKey(
+            hashlib.sha256(config.connection_string.encode()).hexdigest(),
+            config.name,
+            config.endpoint_url,
+        )
+        stage = "connect"
+        try:
+            async with self._senders.use(key, lambda: self._open(config)) as handle:
+                stage = "send"
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        await handle.send(message)
+                except MessageSizeExceededError:
+                    raise  # the link is fine; only this message is too big
+                except BaseException:
+                    # Timed out, cancelled or failed: the link's state is unknown, so
+                    # the next attempt reconnects rather than reusing it.
+                    self._senders.retire(key, handle)
+                    raise
+        except TimeoutError:
+            bound = self.open_timeout if stage == "connect" else self.timeout
+            what = "connecting and authenticating" if stage == "connect" else "sending"
+            return Result(Outcome.TIMEOUT, error=f"{what} did not finish within {bound:g} s")
+        except _PERMANENT as exc:
+            return Result.permanent(_describe(exc))
+        except OperationTimeoutError as exc:
+            return Result(Outcome.TIMEOUT, error=_describe(exc))
+        except ServiceBusError as exc:
+            return Result.retryable(_describe(exc))
+        except OSError as exc:
+            return Result.retryable(f"connection failed: {exc}")
+        except ValueError as exc:  # the SDK's argument checks: no retry changes the input
+            return Result.permanent(f"{type(exc).__name__}: {exc}")
+        return Result.success()
+
+    async def close(self) -> None:
+        await self._senders.close()
+
+
+def _describe(exc: ServiceBusError) -> str:
+    """``ErrorName: message`` (the SDK's messages name the entity, never the key)."""
+    message = str(getattr(exc, "message", None) or exc).strip()
+    return f"{type(exc).__name__}: {message}"
+
+
+async def _open_bounded(client: ServiceBusClient, sender: ServiceBusSender, timeout: float) -> None:
+    """Connect, authenticate and attach ``sender`` within ``timeout``; on any failure
+    close everything the attempt opened, bounded and quietly.
+
+    The SDK's close skips a connection whose AMQP session never began (a peer that
+    accepted TCP but never answered the protocol header), leaking its socket, and
+    forgets that connection once the open is cancelled; so it is picked up — from
+    private attributes, looked up defensively — before the open is cancelled.
+    """
+    opening = asyncio.ensure_future(sender.__aenter__())
+    try:
+        done, _ = await asyncio.wait({opening}, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        opening.result()  # the SDK's own error, if any
+    except BaseException:
+        orphan = getattr(getattr(sender, "_handler", None), "_connection", None)
+        opening.cancel()
+        await asyncio.wait({opening}, timeout=CLOSE_TIMEOUT_SECONDS)
+        if opening.done() and not opening.cancelled():
+            opening.exception()  # retrieved: it is the error being raised, or moot
+        for close in (client.close, getattr(orphan, "close", None)):
+            if close is None:
+                continue
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
+                    await close()
+            except (TimeoutError, Exception):
+                pass
+        raise

@@ -1,0 +1,145 @@
+"""What every destination type declares and does.
+
+A type is one module with one :class:`Adapter` subclass: its config model (the
+spec's fields, with sensitive ones marked once), create-time checks, and one
+``deliver`` that turns an event into one publish call and the result into a
+typed :class:`Result`. Timeouts, cancellation, recording and retries belong to
+the engine (``herald.dispatch``), never to an adapter.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from herald.model import Destination, Event, Outcome
+
+if TYPE_CHECKING:
+    from herald.config import Settings
+    from herald.egress import EgressPolicy
+
+MASK = "********"
+
+
+def sensitive(description: str = "") -> Any:
+    """Field metadata marking a credential: encrypted at rest, masked on output."""
+    return {"sensitive": True, "description": description}
+
+
+class DestinationConfig(BaseModel):
+    """Base of every type's config model; all spec fields are strings."""
+
+    # hide_input_in_errors: a validation error must never carry a submitted credential.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, str_strip_whitespace=False, hide_input_in_errors=True
+    )
+
+    endpoint_url: str | None = None
+    """Point the type at a compatible service or a local emulator (not in the spec)."""
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        return frozenset(
+            name
+            for name, info in cls.model_fields.items()
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
+        )
+
+    def split(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(plain fields, credential fields), leaving out unset ones."""
+        secret_names = self.sensitive_fields()
+        data = self.model_dump(exclude_none=True)
+        plain = {k: v for k, v in data.items() if k not in secret_names}
+        secrets = {k: str(v) for k, v in data.items() if k in secret_names}
+        return plain, secrets
+
+    def target(self) -> tuple[Any, ...]:
+        """The fields that say where messages go; a change means re-verification."""
+        return tuple(self.model_dump(exclude=set(self.sensitive_fields())).items())
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The typed outcome of one attempt."""
+
+    outcome: Outcome
+    status: int | None = None
+    error: str | None = None
+    excerpt: str | None = None
+    retry_after: float | None = None
+    """Seconds the receiver asked us to wait (``Retry-After``), if any."""
+
+    @classmethod
+    def success(cls, *, status: int | None = None, excerpt: str | None = None) -> Result:
+        return cls(Outcome.SUCCESS, status=status, excerpt=excerpt)
+
+    @classmethod
+    def retryable(
+        cls,
+        error: str,
+        *,
+        status: int | None = None,
+        excerpt: str | None = None,
+        retry_after: float | None = None,
+    ) -> Result:
+        return cls(
+            Outcome.FAILURE_RETRYABLE,
+            status=status,
+            error=error,
+            excerpt=excerpt,
+            retry_after=retry_after,
+        )
+
+    @classmethod
+    def permanent(
+        cls, error: str, *, status: int | None = None, excerpt: str | None = None
+    ) -> Result:
+        """A failure no retry fixes by itself (bad credentials, missing target).
+
+        It still follows the retry schedule: the target may be fixed meanwhile,
+        and nothing disables a destination automatically.
+        """
+        return cls(Outcome.FAILURE_PERMANENT, status=status, error=error, excerpt=excerpt)
+
+
+@dataclass(slots=True)
+class AdapterContext:
+    """Shared resources and settings handed to every adapter."""
+
+    settings: Settings
+    egress: EgressPolicy
+
+
+class Adapter(ABC):
+    """One destination type."""
+
+    type_id: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    config_model: ClassVar[type[DestinationConfig]]
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def timeout(self) -> float:
+        """The engine's deadline for one attempt of this type."""
+        return self.ctx.settings.delivery.adapter_timeout_seconds
+
+    async def check(self, config: DestinationConfig) -> None:
+        """Create-time checks that need I/O (e.g. DNS); raise ValidationError."""
+        return
+
+    @abstractmethod
+    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+        """Publish ``event`` once; return the outcome (never raise for a failed publish)."""
+
+    async def forget(self, dest_id: str) -> None:
+        """Drop per-destination state (its config changed or it was deleted)."""
+        return
+
+    async def close(self) -> None:
+        """Release clients and connections; called once on shutdown."""
+        return

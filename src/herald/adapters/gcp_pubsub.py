@@ -1,0 +1,312 @@
+"""``gcp_pubsub`` (spec alias ``cloudB_pubsub``): one message per event on a Pub/Sub topic.
+
+The message data is the envelope; the event metadata travels as message
+attributes. Success is the Publish RPC answering with a message id.
+
+Clients: the library's asyncio GAPIC client (``PublisherAsyncClient`` over a
+``grpc.aio`` channel), one per (endpoint, credentials) and shared by every
+attempt and every destination using them — the project is part of the topic
+path, not of the client. Each attempt is one unary Publish RPC with the
+library's own retries off (the engine owns retries) and a deadline equal to the
+attempt's; concurrent attempts are multiplexed over the channel's HTTP/2
+connection, so there is no client-side batching to wait for.
+
+Credentials: ``service_account_json`` (a service-account key, validated when
+the destination is created), otherwise Application Default Credentials,
+resolved in a worker thread because discovery can probe the metadata server.
+Service-account keys sign their own short-lived JWTs, so no token endpoint is
+called at publish time.
+
+``endpoint_url``:
+
+- ``host:port`` or ``http://host:port`` — a Pub/Sub emulator or compatible
+  server over plain-text gRPC, anonymously (what ``PUBSUB_EMULATOR_HOST``
+  does, but per destination: that process-wide variable is ignored);
+- ``https://host[:port]`` — a locational or Private Service Connect endpoint,
+  over TLS with the destination's credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+import orjson
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+from google.auth.credentials import Credentials
+from google.oauth2 import service_account
+from google.pubsub_v1.services.publisher import PublisherAsyncClient
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
+from google.pubsub_v1.types import PubsubMessage
+from pydantic import ConfigDict, Field, field_validator
+
+from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
+from herald.adapters.pool import ClientPool
+from herald.model import Destination, Event, Outcome
+
+DEFAULT_UNIVERSE = "googleapis.com"
+PUBSUB_SCOPES = ("https://www.googleapis.com/auth/pubsub",)
+IDLE_CLOSE_SECONDS = 600.0
+CLOSE_TIMEOUT_SECONDS = 5.0
+ADC_TIMEOUT_SECONDS = 15.0
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.keepalive_time_ms", 30_000),
+)
+
+# Failures no retry fixes by itself: a missing topic, refused credentials or a
+# request the service will never accept. They still follow the retry schedule.
+PERMANENT_CODES = frozenset(
+    {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+# https://cloud.google.com/resource-manager/docs/creating-managing-projects: 6–30
+# characters; legacy domain-scoped projects carry a "domain:" prefix.
+_PROJECT = re.compile(r"^(?:[a-z0-9][a-z0-9.-]{0,61}[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+# https://cloud.google.com/pubsub/docs/create-topic#resource_names
+_TOPIC = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the gRPC channel goes: ``target`` is ``host:port``."""
+
+    target: str
+    tls: bool
+
+
+def parse_endpoint(value: str) -> Endpoint:
+    """``host:port`` / ``http://host:port`` (plain text) or ``https://host[:port]`` (TLS)."""
+    if "://" not in value:
+        value = f"http://{value}"
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be host:port, http://host:port or https://host[:port]")
+    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
+        raise ValueError("must be just a host and port, without credentials or a path")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has an invalid port") from None
+    tls = parts.scheme == "https"
+    if port is None:
+        if not tls:
+            raise ValueError("needs a port for a plain-text emulator, e.g. 127.0.0.1:8085")
+        port = 443
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return Endpoint(f"{host}:{port}", tls)
+
+
+def load_service_account(value: str) -> dict[str, Any]:
+    """Parse and check a service-account key as google-auth loads it.
+
+    google-auth's ``service_account.Credentials.from_service_account_info``
+    needs ``client_email``, ``token_uri`` and a PEM RSA ``private_key``;
+    ``google.auth.load_credentials_from_dict`` also dispatches on
+    ``type == "service_account"``. Messages name fields, never echo values.
+    """
+    try:
+        info = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise ValueError(
+            "must be a service account key in JSON (the downloaded key file)"
+        ) from None
+    if not isinstance(info, dict):
+        raise ValueError("must be a JSON object (the downloaded key file)")
+    if info.get("type") != "service_account":
+        raise ValueError('must be a service account key ("type": "service_account")')
+    for name in ("client_email", "private_key", "token_uri"):
+        if not isinstance(info.get(name), str) or not info[name]:
+            raise ValueError(f"is missing {name}")
+    for name in ("project_id", "private_key_id", "universe_domain"):
+        if name in info and not isinstance(info[name], str):
+            raise ValueError(f"has a {name} that is not a string")
+    token_uri = urlsplit(info["token_uri"])
+    if token_uri.scheme != "https" or not token_uri.hostname:
+        raise ValueError("has a token_uri that is not an https:// URL")
+    try:
+        service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
+    except Exception:
+        raise ValueError("has a private_key that is not a PEM-encoded RSA private key") from None
+    return info
+
+
+class PubSubConfig(DestinationConfig):
+    # Never echo a submitted key back in a validation error.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    project_id: str
+    topic: str
+    service_account_json: str | None = Field(
+        default=None, json_schema_extra=sensitive("service account key (JSON) with publish rights")
+    )
+
+    @field_validator("project_id")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _PROJECT.match(value):
+            raise ValueError(
+                "must be a project id: 6 to 30 lowercase letters, digits and hyphens,"
+                " starting with a letter"
+            )
+        return value
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        if value.startswith("projects/"):
+            raise ValueError("must be the topic name alone; the project goes in project_id")
+        if not _TOPIC.match(value) or value.lower().startswith("goog"):
+            raise ValueError(
+                "must be a topic name: 3 to 255 of letters, digits and - _ . ~ + %,"
+                " starting with a letter and not with goog"
+            )
+        return value
+
+    @field_validator("service_account_json")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_service_account(value)
+        return value
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_endpoint(value)
+        return value
+
+    @property
+    def topic_path(self) -> str:
+        return f"projects/{self.project_id}/topics/{self.topic}"
+
+    def target(self) -> tuple[Any, ...]:
+        """The topic and where it is served; a new key for the same topic is not a new target."""
+        return (self.endpoint_url, self.project_id, self.topic)
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientKey:
+    endpoint: Endpoint | None
+    credentials: str
+    """``anonymous``, ``adc`` or a SHA-256 fingerprint of the key (never the key)."""
+
+
+def _client_key(config: PubSubConfig) -> _ClientKey:
+    endpoint = parse_endpoint(config.endpoint_url) if config.endpoint_url else None
+    if endpoint is not None and not endpoint.tls:
+        return _ClientKey(endpoint, "anonymous")
+    if config.service_account_json is None:
+        return _ClientKey(endpoint, "adc")
+    digest = hashlib.sha256(config.service_account_json.encode()).hexdigest()
+    return _ClientKey(endpoint, f"sa:{digest}")
+
+
+async def _open_client(key: _ClientKey, service_account_json: str | None) -> PublisherAsyncClient:
+    """A client for ``key``; always with an explicit transport, so no process-wide
+    setting (``PUBSUB_EMULATOR_HOST``) can redirect it."""
+    if key.endpoint is not None and not key.endpoint.tls:
+        channel = grpc.aio.insecure_channel(key.endpoint.target, options=CHANNEL_OPTIONS)
+        transport = PublisherGrpcAsyncIOTransport(host=key.endpoint.target, channel=channel)
+        return PublisherAsyncClient(transport=transport)
+    credentials: Credentials
+    if service_account_json is not None:
+        info = load_service_account(service_account_json)
+        credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            info, scopes=PUBSUB_SCOPES
+        )
+        universe = info.get("universe_domain", DEFAULT_UNIVERSE)
+    else:
+        import google.auth
+
+        # Discovery may probe the metadata server: off the loop, and bounded (the
+        # thread itself cannot be stopped, but nobody waits for it any longer).
+        async with asyncio.timeout(ADC_TIMEOUT_SECONDS):
+            credentials, _ = await asyncio.to_thread(google.auth.default, scopes=PUBSUB_SCOPES)
+        universe = getattr(credentials, "universe_domain", DEFAULT_UNIVERSE)
+    host = key.endpoint.target if key.endpoint is not None else f"pubsub.{universe}:443"
+    transport = PublisherGrpcAsyncIOTransport(
+        host=host, credentials=credentials, always_use_jwt_access=True
+    )
+    return PublisherAsyncClient(transport=transport)
+
+
+async def _close_client(client: PublisherAsyncClient) -> None:
+    await client.transport.close()  # type: ignore[no-untyped-call]
+
+
+def _classify(exc: api_exceptions.GoogleAPICallError) -> Result:
+    code = exc.grpc_status_code
+    name = code.name if code is not None else type(exc).__name__
+    error = f"{name}: {exc.message}"
+    if code in PERMANENT_CODES:
+        return Result.permanent(error)
+    return Result.retryable(error)
+
+
+class PubSubAdapter(Adapter):
+    type_id = "gcp_pubsub"
+    aliases = ("cloudB_pubsub",)
+    config_model = PubSubConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clients: ClientPool[_ClientKey, PublisherAsyncClient] = ClientPool(
+            name="gcp_pubsub",
+            close=_close_client,
+            close_timeout=CLOSE_TIMEOUT_SECONDS,
+            idle_seconds=IDLE_CLOSE_SECONDS,
+        )
+
+    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+        assert isinstance(config, PubSubConfig)
+        key = _client_key(config)
+        message = PubsubMessage(data=event.envelope(), attributes=event.metadata())
+        try:
+            async with self._clients.use(
+                key, lambda: _open_client(key, config.service_account_json)
+            ) as client:
+                response = await client.publish(
+                    topic=config.topic_path, messages=[message], retry=None, timeout=self.timeout
+                )
+        except api_exceptions.GoogleAPICallError as exc:
+            return _classify(exc)
+        except auth_exceptions.DefaultCredentialsError as exc:
+            return Result.permanent(f"no Application Default Credentials: {exc}")
+        except auth_exceptions.RefreshError as exc:
+            # The credentials were refused when exchanged for a token.
+            if getattr(exc, "retryable", False):
+                return Result.retryable(f"credential refresh failed: {exc}")
+            return Result.permanent(f"credentials refused: {exc}")
+        except auth_exceptions.TransportError as exc:
+            return Result.retryable(f"credential refresh failed: {exc}")
+        except TimeoutError:
+            return Result(
+                Outcome.TIMEOUT,
+                error="looking up Application Default Credentials did not finish"
+                f" within {ADC_TIMEOUT_SECONDS:g} s",
+            )
+        if not response.message_ids:
+            return Result.retryable("publish answered without a message id")
+        return Result.success()
+
+    async def close(self) -> None:
+        await self._clients.close()

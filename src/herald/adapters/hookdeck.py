@@ -1,0 +1,174 @@
+"""``hookdeck`` (spec alias ``gateway``): a signed POST of the envelope to a gateway source.
+
+The source token is base64 of ``id:secret``; it is decoded when the destination
+is created or changed, and a token that is not base64 of ``id:…`` is a
+validation error (422). Each event is POSTed to
+``{endpoint_url, default https://hkdk.events}/{id}`` with
+``X-Hookdeck-Signature: v0=<base64 HMAC-SHA256 of the body, keyed with the
+whole token>`` and the event metadata as headers. Routing and delivery settings
+live in the gateway's own dashboard.
+
+The HTTP side is the webhook's (``herald.adapters.httpdelivery``): 2xx within
+``delivery.webhook_timeout_seconds`` is success, redirects are not followed,
+``Retry-After`` on 429/503 is honoured, the response excerpt is capped at 1 KiB.
+The egress guard applies to the default gateway URL; an ``endpoint_url`` given
+for the destination is, by design, not subject to it (emulators, self-hosted
+gateways).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from pydantic import Field, field_validator
+
+from herald import __version__
+from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
+from herald.adapters.httpdelivery import new_session, post
+from herald.egress import EgressPolicy
+from herald.model import Destination, Event
+
+__all__ = ["DEFAULT_ENDPOINT", "HookdeckAdapter", "HookdeckConfig", "parse_token", "signature"]
+
+DEFAULT_ENDPOINT = "https://hkdk.events"
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}", re.ASCII)
+# Source ids go into the URL path verbatim, so only path-safe characters are accepted.
+_SOURCE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}", re.ASCII)
+_UNGUARDED = EgressPolicy(allow_private=True)
+
+
+def parse_token(token: str) -> str:
+    """The source id inside a gateway token; ValueError (never echoing the token) if malformed."""
+    if _BASE64.fullmatch(token) is None or len(token) % 4 == 1:
+        raise ValueError("must be the gateway source token (standard base64 of id:secret)")
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise ValueError(
+            "must be the gateway source token (standard base64 of id:secret)"
+        ) from None
+    source_id, sep, secret = decoded.partition(":")
+    if not sep or not secret:
+        raise ValueError("must decode to id:secret (the gateway source token)")
+    if _SOURCE_ID.fullmatch(source_id) is None:
+        raise ValueError("must decode to id:secret where id is a gateway source id")
+    return source_id
+
+
+def signature(token: str, body: bytes) -> str:
+    """The ``X-Hookdeck-Signature`` value: ``v0=`` + base64 HMAC-SHA256 keyed with the token."""
+    digest = hmac.new(token.encode(), body, hashlib.sha256).digest()
+    return "v0=" + base64.b64encode(digest).decode()
+
+
+class HookdeckConfig(DestinationConfig):
+    # Required, so a missing token is reported as "gateway.token is required".
+    token: str = Field(json_schema_extra=sensitive("gateway source token: base64 of id:secret"))
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        parse_token(value)
+        return value
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials")
+        if parts.query or parts.fragment:
+            raise ValueError("must not carry a query string or fragment")
+        return value
+
+    @property
+    def url(self) -> str:
+        """Where events go: the gateway base URL and the token's source id."""
+        base = (self.endpoint_url or DEFAULT_ENDPOINT).rstrip("/")
+        return f"{base}/{parse_token(self.token)}"
+
+    def target(self) -> tuple[Any, ...]:
+        # The source id comes from the token, but it says where events go: a token for
+        # another source re-verifies; a new secret for the same source does not.
+        return (self.url,)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    version: float
+    url: str
+    token: str
+    guarded: bool
+
+
+class HookdeckAdapter(Adapter):
+    type_id = "hookdeck"
+    aliases = ("gateway",)
+    config_model = HookdeckConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self._prepared: dict[str, _Prepared] = {}
+
+    @property
+    def timeout(self) -> float:
+        return self.ctx.settings.delivery.webhook_timeout_seconds
+
+    def _session(self, *, guarded: bool) -> aiohttp.ClientSession:
+        session = self._sessions.get(guarded)
+        if session is None:
+            settings = self.ctx.settings.delivery
+            session = self._sessions[guarded] = new_session(
+                self.ctx.egress if guarded else _UNGUARDED,
+                limit=settings.max_concurrency,
+                connect_timeout=settings.webhook_timeout_seconds,
+            )
+        return session
+
+    def _prepare(self, dest: Destination, config: HookdeckConfig) -> _Prepared:
+        prepared = self._prepared.get(dest.id)
+        if prepared is None or prepared.version != dest.updated_at:
+            prepared = _Prepared(
+                dest.updated_at, config.url, config.token, guarded=config.endpoint_url is None
+            )
+            self._prepared[dest.id] = prepared
+        return prepared
+
+    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+        assert isinstance(config, HookdeckConfig)
+        prep = self._prepare(dest, config)
+        body = event.envelope()
+        headers = {
+            "content-type": "application/json",
+            "user-agent": f"Herald/{__version__}",
+            "x-hookdeck-signature": signature(prep.token, body),
+            **event.metadata(),
+        }
+        return await post(
+            self._session(guarded=prep.guarded),
+            prep.url,
+            body=body,
+            headers=headers,
+            egress=self.ctx.egress if prep.guarded else _UNGUARDED,
+        )
+
+    async def forget(self, dest_id: str) -> None:
+        self._prepared.pop(dest_id, None)
+
+    async def close(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()

@@ -1,0 +1,146 @@
+"""The HTTP POST that the HTTP-based types (``webhook``, ``hookdeck``) deliver through.
+
+One client session per adapter (and per egress policy); redirects are never
+followed; a ``Retry-After`` on 429/503 is passed to the engine; the response
+body is read up to 1 KiB and the connection is dropped rather than drained past
+that. The status maps to an outcome the same way for every HTTP type: 2xx is
+success, 3xx and the 4xx a retry cannot fix are permanent, the rest retryable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from herald.adapters.base import Result
+from herald.egress import EgressPolicy, GuardedResolver, check_url_host, resolve_and_check
+from herald.errors import EgressDenied, ValidationError
+from herald.timeutil import parse_retry_after
+
+__all__ = ["EXCERPT_BYTES", "RETRYABLE_4XX", "TargetCheck", "new_session", "post", "read_excerpt"]
+
+EXCERPT_BYTES = 1024
+# Statuses a retry can plausibly fix on its own; other 4xx need a change at the receiver.
+RETRYABLE_4XX = frozenset({408, 409, 423, 425, 429})
+
+
+def new_session(
+    egress: EgressPolicy,
+    *,
+    limit: int,
+    connect_timeout: float,
+    local_address: str | None = None,
+    guarded: bool = True,
+) -> aiohttp.ClientSession:
+    """A client session that connects only where ``egress`` permits (create it inside the loop).
+
+    ``local_address`` binds outgoing connections to that source address.
+    ``guarded=False`` is for a session that only ever connects to an operator's
+    proxy: the proxy may well be private; the targets are checked by ``post``.
+    """
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(egress) if guarded else None,
+        limit=limit,
+        limit_per_host=0,
+        ttl_dns_cache=10,
+        enable_cleanup_closed=True,
+        local_addr=(local_address, 0) if local_address else None,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
+        skip_auto_headers=("User-Agent",),
+        json_serialize=lambda obj: orjson.dumps(obj).decode(),
+        trust_env=False,
+    )
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    egress: EgressPolicy,
+    proxy: str | None = None,
+    targets: TargetCheck | None = None,
+) -> Result:
+    """POST ``body`` once and turn the response (or the failure) into a typed Result.
+
+    Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
+    """
+    try:
+        check_url_host(url, egress)
+        if proxy is not None and targets is not None:
+            await targets.check(url)
+        async with session.post(
+            url, data=body, headers=headers, allow_redirects=False, proxy=proxy
+        ) as resp:
+            excerpt = await read_excerpt(resp)
+            status = resp.status
+            retry_after = None
+            if status in (429, 503) and (value := resp.headers.get("Retry-After")):
+                retry_after = parse_retry_after(value, now=time.time())
+    except EgressDenied as exc:
+        return Result.permanent(exc.message)
+    except aiohttp.ClientConnectorError as exc:
+        if isinstance(exc.os_error, EgressDenied):
+            return Result.permanent(exc.os_error.message)
+        return Result.retryable(f"connection failed: {exc.os_error or exc}")
+    except aiohttp.ClientError as exc:
+        return Result.retryable(f"{type(exc).__name__}: {exc}")
+    if 200 <= status < 300:
+        return Result.success(status=status, excerpt=excerpt)
+    error = f"HTTP {status}"
+    if 300 <= status < 400:
+        return Result.permanent(
+            f"{error}: redirects are not followed", status=status, excerpt=excerpt
+        )
+    if 400 <= status < 500 and status not in RETRYABLE_4XX:
+        return Result.permanent(error, status=status, excerpt=excerpt)
+    return Result.retryable(error, status=status, excerpt=excerpt, retry_after=retry_after)
+
+
+class TargetCheck:
+    """Resolve-and-check of target hosts for proxied requests, with a short cache.
+
+    A proxy resolves the target itself, so this check cannot pin the address it
+    connects to: the proxy must refuse private ranges too (documented).
+    """
+
+    def __init__(self, egress: EgressPolicy, *, ttl: float = 10.0) -> None:
+        self._egress = egress
+        self._ttl = ttl
+        self._ok: dict[str, float] = {}
+
+    async def check(self, url: str) -> None:
+        if self._egress.allow_private:
+            return
+        host = urlsplit(url).hostname or ""
+        now = time.monotonic()
+        if self._ok.get(host, 0.0) > now:
+            return
+        try:
+            await resolve_and_check(host, self._egress)
+        except ValidationError as exc:
+            raise EgressDenied(exc.message) from exc
+        if len(self._ok) > 10_000:
+            self._ok.clear()
+        self._ok[host] = now + self._ttl
+
+
+async def read_excerpt(resp: aiohttp.ClientResponse) -> str | None:
+    """The first KiB of the body; the rest is never read (a hostile body can be endless)."""
+    buf = b""
+    while len(buf) < EXCERPT_BYTES:
+        chunk = await resp.content.read(EXCERPT_BYTES - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    if not buf:
+        return None
+    return buf.decode("utf-8", "replace")

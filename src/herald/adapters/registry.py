@@ -1,0 +1,95 @@
+"""Maps type ids and the spec's aliases to adapters; types are registered here, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pydantic
+
+from herald.adapters.base import Adapter, AdapterContext, DestinationConfig
+from herald.errors import ValidationError
+
+
+def adapter_classes() -> list[type[Adapter]]:
+    """Every destination type Herald ships; adding a type means adding one line here."""
+    from herald.adapters.aws_eventbridge import EventBridgeAdapter
+    from herald.adapters.aws_kinesis import KinesisAdapter
+    from herald.adapters.aws_s3 import S3Adapter
+    from herald.adapters.aws_sqs import SQSAdapter
+    from herald.adapters.azure_servicebus import ServiceBusAdapter
+    from herald.adapters.gcp_pubsub import PubSubAdapter
+    from herald.adapters.hookdeck import HookdeckAdapter
+    from herald.adapters.rabbitmq import RabbitMQAdapter
+    from herald.adapters.webhook import WebhookAdapter
+
+    return [
+        WebhookAdapter,
+        SQSAdapter,
+        KinesisAdapter,
+        S3Adapter,
+        EventBridgeAdapter,
+        PubSubAdapter,
+        ServiceBusAdapter,
+        RabbitMQAdapter,
+        HookdeckAdapter,
+    ]
+
+
+class Registry:
+    """The live adapters of one process, keyed by canonical type id."""
+
+    def __init__(self, ctx: AdapterContext, classes: list[type[Adapter]] | None = None) -> None:
+        self._adapters: dict[str, Adapter] = {}
+        self._names: dict[str, str] = {}
+        for cls in classes if classes is not None else adapter_classes():
+            self._adapters[cls.type_id] = cls(ctx)
+            for name in (cls.type_id, *cls.aliases):
+                self._names[name] = cls.type_id
+
+    def __iter__(self) -> Iterator[Adapter]:
+        return iter(self._adapters.values())
+
+    def canonical(self, type_name: str) -> str:
+        """The canonical id for a type name or alias; ValidationError if unknown."""
+        try:
+            return self._names[type_name]
+        except KeyError:
+            known = ", ".join(sorted(self._adapters))
+            raise ValidationError(
+                f"unknown destination type {type_name!r}; known types: {known}",
+                field="type",
+                code="destination_type_unknown",
+            ) from None
+
+    def names_of(self, canonical: str) -> tuple[str, ...]:
+        """The canonical id and its aliases (the keys a body may use)."""
+        return tuple(n for n, c in self._names.items() if c == canonical)
+
+    def get(self, type_name: str) -> Adapter:
+        return self._adapters[self.canonical(type_name)]
+
+    def parse_config(self, type_name: str, raw: Mapping[str, Any]) -> DestinationConfig:
+        """Validate a type-keyed object; errors name the field as ``type.field``."""
+        canonical = self.canonical(type_name)
+        model = self._adapters[canonical].config_model
+        try:
+            return model.model_validate(dict(raw))
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            name = f"{type_name}.{loc}" if loc else type_name
+            if err["type"] == "missing":
+                msg = f"{name} is required"
+            elif err["type"] == "extra_forbidden":
+                msg = f"{name} is not a field of {canonical} destinations"
+            else:
+                msg = f"{name}: {err['msg'].removeprefix('Value error, ')}"
+            code = "field_required" if err["type"] == "missing" else "invalid_value"
+            if err["type"] == "extra_forbidden":
+                code = "unknown_field"
+            raise ValidationError(msg, field=name, code=code) from exc
+
+    async def close(self) -> None:
+        for adapter in self._adapters.values():
+            await adapter.close()

@@ -1,0 +1,1 @@
+"""Herald's HTTP surface: ops endpoints now, the /v2 REST API on top."""

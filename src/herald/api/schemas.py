@@ -1,0 +1,207 @@
+"""Request and response bodies of the /v2 API, as pydantic models.
+
+The handlers validate with these models and answer through them, and the
+OpenAPI document is generated from them, so the three cannot drift apart.
+Models that depend on the registered destination types are built at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import create_model as _create_model
+
+from herald.adapters.registry import Registry
+
+# create_model's overloads do not type-check with computed field maps.
+create_model = cast(Any, _create_model)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# --- responses ------------------------------------------------------------------
+class ErrorItem(_Strict):
+    type: str = Field(description="category, e.g. request, auth, rate_limit")
+    code: str = Field(description="stable machine code")
+    message: str
+    resolution: str
+    field: str | None = None
+
+
+class ErrorBody(_Strict):
+    errors: list[ErrorItem]
+    request_id: str
+
+
+class Attempt(_Strict):
+    id: str
+    object: Literal["event_delivery_attempt"]
+    number: int
+    started_at: str
+    duration_ms: int
+    outcome: Literal["success", "failure_retryable", "failure_permanent", "timeout"]
+    response_status: int | None
+    error: str | None
+    response_excerpt: str | None
+
+
+class Delivery(_Strict):
+    id: str
+    object: Literal["event_delivery"]
+    event_id: str
+    event_type: str
+    destination_id: str
+    status: Literal["pending", "success", "failure"]
+    attempt_count: int
+    next_attempt_at: str | None
+    held: bool
+    created_at: str
+    updated_at: str
+    last_attempt: Attempt | None
+    attempts: list[Attempt] | None = None
+
+
+class Event(_Strict):
+    id: str
+    object: Literal["event"]
+    type: str
+    created_at: str
+    data: dict[str, Any]
+
+
+class DeliveryList(_Strict):
+    object: Literal["list"]
+    data: list[Delivery]
+    has_more: bool
+    next_cursor: str | None
+    request_id: str
+
+
+class ReplayResult(_Strict):
+    object: Literal["replay"]
+    dry_run: bool
+    matched: int
+    requeued: int
+    sample: list[Delivery]
+
+
+class Health(_Open):
+    status: str
+
+
+# --- requests -------------------------------------------------------------------
+class ReplayRequest(_Strict):
+    status: Literal["success", "failure", "pending"] | None = None
+    since: str | None = Field(default=None, description="RFC 3339; created at or after")
+    until: str | None = Field(default=None, description="RFC 3339; created before")
+    event_types: list[str] | None = None
+    dry_run: bool = False
+
+
+class RotateSecretRequest(_Strict):
+    secret: str | None = Field(default=None, description="new whsec_ secret; generated if absent")
+
+
+class EventCreate(_Strict):
+    type: str
+    data: dict[str, Any]
+    id: str | None = Field(default=None, description="evt_… id; generated if absent")
+    created_at: str | None = Field(default=None, description="RFC 3339; default now")
+
+
+@dataclass(frozen=True)
+class DestinationModels:
+    """The models whose shape depends on the registered destination types."""
+
+    create: type[BaseModel]
+    update: type[BaseModel]
+    destination: type[BaseModel]
+    destination_list: type[BaseModel]
+    rotated: type[BaseModel]
+    type_names: tuple[str, ...]
+
+
+def destination_models(registry: Registry) -> DestinationModels:
+    names: list[str] = []
+    create_fields: dict[str, Any] = {}
+    update_fields: dict[str, Any] = {}
+    out_fields: dict[str, Any] = {}
+    for adapter in registry:
+        config = adapter.config_model
+        partial = create_model(
+            f"{config.__name__}Update",
+            __config__=ConfigDict(extra="forbid"),
+            **dict.fromkeys(config.model_fields, (str | None, None)),
+        )
+        masked = create_model(
+            f"{config.__name__}Out",
+            __config__=ConfigDict(extra="forbid"),
+            **dict.fromkeys(config.model_fields, (str | None, None)),
+        )
+        for name in registry.names_of(adapter.type_id):
+            names.append(name)
+            create_fields[name] = (config | None, None)
+            update_fields[name] = (partial | None, None)
+        out_fields[adapter.type_id] = (masked | None, None)
+    type_field = Field(description="destination type", json_schema_extra={"enum": list[Any](names)})
+    create = create_model(
+        "DestinationCreate",
+        __config__=ConfigDict(extra="forbid"),
+        name=(str, ...),
+        type=(str, type_field),
+        events=(list[str], Field(description="event types, family patterns like a.* or *")),
+        **create_fields,
+    )
+    update = create_model(
+        "DestinationUpdate",
+        __config__=ConfigDict(extra="forbid"),
+        name=(str | None, None),
+        type=(str | None, None),
+        events=(list[str] | None, None),
+        status=(
+            str | None,
+            Field(default=None, json_schema_extra={"enum": ["active", "inactive"]}),
+        ),
+        **update_fields,
+    )
+    destination = create_model(
+        "Destination",
+        __config__=ConfigDict(extra="forbid"),
+        id=(str, ...),
+        object=(Literal["event_destination"], ...),
+        name=(str, ...),
+        type=(str, ...),
+        events=(list[str], ...),
+        status=(Literal["pending_verification", "active", "inactive"], ...),
+        created_at=(str, ...),
+        updated_at=(str, ...),
+        deleted=(bool | None, None),
+        deleted_at=(str | None, None),
+        **out_fields,
+    )
+    destination_list = create_model(
+        "DestinationList",
+        __config__=ConfigDict(extra="forbid"),
+        object=(Literal["list"], ...),
+        data=(list[destination], ...),  # type: ignore[valid-type]
+        has_more=(bool, ...),
+        next_cursor=(str | None, ...),
+        request_id=(str, ...),
+    )
+    rotated = create_model(
+        "DestinationWithSecret",
+        __base__=destination,
+        secret=(
+            str | None,
+            Field(default=None, description="the generated signing secret, shown once"),
+        ),
+    )
+    return DestinationModels(create, update, destination, destination_list, rotated, tuple(names))

@@ -1,0 +1,569 @@
+"""The /v2 REST API: event destinations, deliveries and events.
+
+Conventions of spec 000, implemented once here: Bearer keys scoped to a
+tenant, the ``errors`` shape with a ``request_id`` on every failure, cursor
+pagination, ``Idempotency-Key`` on create endpoints, and a per-tenant rate
+limit with the IETF RateLimit headers on every authenticated response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import orjson
+import pydantic
+import structlog
+from aiohttp import web
+from pydantic import BaseModel
+
+from herald.api import schemas
+from herald.api.cursor import CursorCodec
+from herald.api.errors import (
+    PayloadTooLarge,
+    RateLimited,
+    Unauthorized,
+    error_body,
+    from_pydantic,
+    status_of,
+)
+from herald.api.jsonbody import parse_body
+from herald.api.ratelimit import RateLimiter
+from herald.config import Settings
+from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
+from herald.ids import new_id
+from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
+from herald.service import DestinationService
+from herald.timeutil import parse_timestamp
+from herald.views import delivery_view, destination_view, event_view
+
+log = structlog.get_logger("herald.api")
+
+PREFIX = "/v2"
+API_KEY_PREFIX = "sk_live_"
+JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+DEFAULT_LIMIT, MAX_LIMIT = 20, 100
+_DIGITS = re.compile(r"^[0-9]{1,6}$")  # ASCII only: str.isdigit() accepts "²"
+
+M = TypeVar("M", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUEST_ID = web.RequestKey("request_id", str)
+TENANT = web.RequestKey("tenant", str)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def json_response(data: Any, *, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+class Api:
+    """Handlers and middlewares bound to one service."""
+
+    def __init__(
+        self,
+        service: DestinationService,
+        *,
+        settings: Settings,
+        cursor_key: bytes,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.service = service
+        self.registry = service.registry
+        self.settings = settings
+        self.models = schemas.destination_models(service.registry)
+        self.cursors = CursorCodec(cursor_key)
+        self.limiter = RateLimiter(
+            limit=settings.api.rate_limit_requests, window=settings.api.rate_limit_window_seconds
+        )
+        self.wake = wake
+        self._key_cache: dict[str, tuple[str | None, float]] = {}
+
+    # --- wiring ---------------------------------------------------------------
+    def setup(self, app: web.Application) -> None:
+        app.middlewares.append(self.middleware)
+        r = app.router
+        p = PREFIX
+        r.add_get(f"{p}/openapi.json", self.openapi)
+        r.add_post(f"{p}/event-destinations", self.create_destination)
+        r.add_get(f"{p}/event-destinations", self.list_destinations)
+        r.add_get(f"{p}/event-destinations/{{id}}", self.get_destination)
+        r.add_patch(f"{p}/event-destinations/{{id}}", self.update_destination)
+        r.add_delete(f"{p}/event-destinations/{{id}}", self.delete_destination)
+        r.add_post(f"{p}/event-destinations/{{id}}/test", self.test_destination)
+        r.add_post(f"{p}/event-destinations/{{id}}/verify", self.verify_destination)
+        r.add_post(f"{p}/event-destinations/{{id}}/rotate-secret", self.rotate_secret)
+        r.add_get(f"{p}/event-destinations/{{id}}/event-deliveries", self.list_deliveries)
+        r.add_post(f"{p}/event-destinations/{{id}}/replay", self.replay)
+        r.add_get(f"{p}/event-deliveries/{{id}}", self.get_delivery)
+        r.add_post(f"{p}/event-deliveries/{{id}}/retry", self.retry_delivery)
+        r.add_post(f"{p}/events", self.publish_event)
+        r.add_get(f"{p}/events/{{id}}", self.get_event)
+
+    # --- middleware -------------------------------------------------------------
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith(PREFIX + "/") and request.path != PREFIX:
+            return await handler(request)
+        request_id = new_id("req_")
+        request[REQUEST_ID] = request_id
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        extra_headers: dict[str, str] = {}
+        try:
+            if request.path != f"{PREFIX}/openapi.json":
+                tenant = await self._authenticate(request)
+                request[TENANT] = tenant
+                decision = self.limiter.hit(tenant)
+                extra_headers.update(decision.headers)
+                if not decision.allowed:
+                    raise RateLimited(
+                        f"more than {self.limiter.limit} requests in"
+                        f" {self.limiter.window:g} s; retry in {decision.reset} s"
+                    )
+            if "\x00" in request.path or "\x00" in request.query_string:
+                # No id or filter holds one, and PostgreSQL cannot even compare one.
+                raise BadRequest("the URL contains a NUL character", code="invalid_character")
+            response = await handler(request)
+        except HeraldError as exc:
+            response = self._error(exc, request_id)
+        except web.HTTPException as exc:
+            response = self._http_error(exc, request_id)
+        except Exception:
+            log.exception("api_unhandled_error", path=request.path, method=request.method)
+            response = self._error(HeraldError("internal error"), request_id, status=500)
+        finally:
+            structlog.contextvars.unbind_contextvars("request_id")
+        # A replayed idempotent response keeps the request id its body carries.
+        response.headers.setdefault("X-Request-Id", request_id)
+        response.headers.update(extra_headers)
+        return response
+
+    def _error(self, exc: HeraldError, request_id: str, status: int | None = None) -> web.Response:
+        status = status or status_of(exc)
+        if status >= 500:
+            log.error("api_error", code=exc.code, error=exc.message)
+        return json_response(error_body(exc, request_id, status), status=status)
+
+    def _http_error(self, exc: web.HTTPException, request_id: str) -> web.Response:
+        status = exc.status
+        if status == 413:
+            err: HeraldError = PayloadTooLarge(
+                f"the body is larger than {self.settings.api.max_body_bytes} bytes"
+            )
+        elif status == 404:
+            err = NotFound("no such endpoint", code="endpoint_not_found")
+        elif status == 405:
+            err = BadRequest(
+                f"method not allowed; use {exc.headers.get('Allow', '')}", code="method_not_allowed"
+            )
+        else:
+            err = BadRequest(exc.reason or "bad request", code="invalid_request")
+        response = json_response(error_body(err, request_id, status), status=status)
+        if "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+
+    async def _authenticate(self, request: web.Request) -> str:
+        header = request.headers.get("Authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthorized(
+                "missing 'Authorization: Bearer <API key>' header", code="auth_missing"
+            )
+        key = key.strip()
+        if not key.startswith(API_KEY_PREFIX) or len(key) > 200:
+            raise Unauthorized("the API key is not valid", code="auth_invalid_key")
+        digest = hash_key(key)
+        now = time.monotonic()
+        cached = self._key_cache.get(digest)
+        if cached is not None and now - cached[1] < 5.0:
+            tenant = cached[0]
+        else:
+            tenant = await self.service.store.tenant_for_key(digest)
+            if len(self._key_cache) > 10_000:
+                self._key_cache.clear()
+            self._key_cache[digest] = (tenant, now)
+        if tenant is None:
+            raise Unauthorized("the API key is not valid", code="auth_invalid_key")
+        return tenant
+
+    # --- parsing helpers ----------------------------------------------------------
+    def _known_type(self, data: dict[str, Any]) -> None:
+        # An unknown type is an invalid value (422 naming `type`), even when the body
+        # also carries a config object under that unknown name.
+        if isinstance(data.get("type"), str):
+            self.registry.canonical(data["type"])
+
+    async def _body(
+        self,
+        request: web.Request,
+        model: type[M],
+        *,
+        optional: bool = False,
+        precheck: Callable[[dict[str, Any]], None] | None = None,
+    ) -> M:
+        raw = await request.read()
+        if not raw.strip():
+            if optional:
+                return model.model_validate({})
+            raise BadRequest("a JSON body is required", code="body_required")
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if not JSON_TYPES.match(ctype):
+            raise BadRequest(
+                "send the body as application/json",
+                field="Content-Type",
+                code="content_type_invalid",
+            )
+        data = parse_body(raw)
+        if not isinstance(data, dict):
+            raise BadRequest("the body must be a JSON object", code="invalid_json")
+        if precheck is not None:
+            precheck(data)
+        try:
+            return model.model_validate(data)
+        except pydantic.ValidationError as exc:
+            raise from_pydantic(exc) from exc
+
+    @staticmethod
+    def _query(request: web.Request, allowed: set[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in request.query.items():
+            if key not in allowed:
+                raise BadRequest(
+                    f"unknown query parameter {key!r}", field=key, code="unknown_parameter"
+                )
+            if key in out:
+                raise BadRequest(
+                    f"query parameter {key!r} given twice", field=key, code="invalid_request"
+                )
+            out[key] = value
+        return out
+
+    @staticmethod
+    def _limit(query: Mapping[str, str]) -> int:
+        raw = query.get("limit")
+        if raw is None:
+            return DEFAULT_LIMIT
+        if not _DIGITS.match(raw) or not 1 <= int(raw) <= MAX_LIMIT:
+            raise BadRequest(
+                f"limit must be an integer from 1 to {MAX_LIMIT}",
+                field="limit",
+                code="limit_invalid",
+            )
+        return int(raw)
+
+    @staticmethod
+    def _when(query: Mapping[str, str] | BaseModel, name: str) -> float | None:
+        raw = query.get(name) if isinstance(query, Mapping) else getattr(query, name)
+        if raw is None:
+            return None
+        try:
+            return parse_timestamp(raw).epoch
+        except ValueError as exc:
+            raise ValidationError(str(exc), field=name, code="timestamp_invalid") from exc
+
+    def _page(
+        self,
+        request: web.Request,
+        items: list[dict[str, Any]],
+        has_more: bool,
+        *,
+        endpoint: str,
+        filters: Mapping[str, object],
+        model: type[BaseModel],
+    ) -> web.Response:
+        next_cursor = None
+        if has_more and items:
+            next_cursor = self.cursors.encode(items[-1]["id"], endpoint=endpoint, filters=filters)
+        body = {
+            "object": "list",
+            "data": items,
+            "has_more": has_more,
+            "next_cursor": next_cursor,
+            "request_id": request[REQUEST_ID],
+        }
+        return self._respond(model, body)
+
+    @staticmethod
+    def _respond(
+        model: type[BaseModel], data: dict[str, Any], *, status: int = 200
+    ) -> web.Response:
+        checked = model.model_validate(data).model_dump(mode="json", exclude_unset=True)
+        return json_response(checked, status=status)
+
+    def _dest(self, dest: Any) -> dict[str, Any]:
+        return destination_view(dest, self.registry)
+
+    async def _idempotent(
+        self, request: web.Request, body: bytes, run: Callable[[], Awaitable[web.Response]]
+    ) -> web.Response:
+        key = request.headers.get("Idempotency-Key")
+        if key is None:
+            return await run()
+        if not IDEMPOTENCY_KEY.match(key):
+            raise BadRequest(
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+                field="Idempotency-Key",
+                code="idempotency_key_invalid",
+            )
+        tenant = request[TENANT]
+        canonical = body
+        with contextlib.suppress(orjson.JSONDecodeError):
+            canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
+        fingerprint = hashlib.sha256(
+            request.method.encode() + b" " + request.path.encode() + b"\n" + canonical
+        ).hexdigest()
+        store = self.service.store
+        existing = await store.idempotency_begin(
+            tenant_id=tenant,
+            key=key,
+            fingerprint=fingerprint,
+            now=time.time(),
+            ttl=self.settings.api.idempotency_ttl_seconds,
+        )
+        if existing is not None:
+            if existing.fingerprint != fingerprint:
+                raise ValidationError(
+                    "this Idempotency-Key was used with a different request",
+                    field="Idempotency-Key",
+                    code="idempotency_key_reused",
+                )
+            if existing.status is None or existing.body is None:
+                raise Conflict(
+                    "a request with this Idempotency-Key is still in progress",
+                    field="Idempotency-Key",
+                    code="idempotency_key_in_use",
+                )
+            response = web.Response(
+                body=existing.body, status=existing.status, content_type="application/json"
+            )
+            response.headers["Idempotent-Replayed"] = "true"
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
+                original = orjson.loads(existing.body).get("request_id")
+                if isinstance(original, str):
+                    response.headers["X-Request-Id"] = original
+            return response
+        try:
+            response = await run()
+        except HeraldError as exc:
+            status = status_of(exc)
+            if status >= 500:
+                await store.idempotency_abort(tenant_id=tenant, key=key)
+                raise
+            response = self._error(exc, request[REQUEST_ID], status)
+        except BaseException:
+            await store.idempotency_abort(tenant_id=tenant, key=key)
+            raise
+        assert isinstance(response.body, bytes)
+        await store.idempotency_finish(
+            tenant_id=tenant, key=key, status=response.status, body=response.body
+        )
+        return response
+
+    # --- destinations ---------------------------------------------------------
+    async def create_destination(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+
+        async def run() -> web.Response:
+            model = await self._body(request, self.models.create, precheck=self._known_type)
+            dest = await self.service.create(request[TENANT], model.model_dump(exclude_unset=True))
+            return self._respond(self.models.destination, self._dest(dest), status=201)
+
+        return await self._idempotent(request, raw, run)
+
+    async def list_destinations(self, request: web.Request) -> web.StreamResponse:
+        query = self._query(request, {"limit", "cursor", "status", "type"})
+        limit = self._limit(query)
+        status = None
+        if "status" in query:
+            try:
+                status = DestinationStatus(query["status"])
+            except ValueError:
+                raise ValidationError(
+                    "status must be pending_verification, active or inactive",
+                    field="status",
+                    code="status_invalid",
+                ) from None
+        type_ = self.registry.canonical(query["type"]) if "type" in query else None
+        filters = {"tenant": request[TENANT], "status": query.get("status"), "type": type_}
+        before = None
+        if "cursor" in query:
+            before = self.cursors.decode(query["cursor"], endpoint="destinations", filters=filters)
+        items, more = await self.service.list_destinations(
+            request[TENANT], status=status, type=type_, before_id=before, limit=limit
+        )
+        return self._page(
+            request,
+            [self._dest(d) for d in items],
+            more,
+            endpoint="destinations",
+            filters=filters,
+            model=self.models.destination_list,
+        )
+
+    async def get_destination(self, request: web.Request) -> web.StreamResponse:
+        self._query(request, set())
+        dest = await self.service.get(request[TENANT], request.match_info["id"])
+        return self._respond(self.models.destination, self._dest(dest))
+
+    async def update_destination(self, request: web.Request) -> web.StreamResponse:
+        model = await self._body(request, self.models.update)
+        dest = await self.service.update(
+            request[TENANT], request.match_info["id"], model.model_dump(exclude_unset=True)
+        )
+        return self._respond(self.models.destination, self._dest(dest))
+
+    async def delete_destination(self, request: web.Request) -> web.StreamResponse:
+        dest = await self.service.delete(request[TENANT], request.match_info["id"])
+        return self._respond(self.models.destination, self._dest(dest))
+
+    async def test_destination(self, request: web.Request) -> web.StreamResponse:
+        delivery = await self.service.test(request[TENANT], request.match_info["id"])
+        return self._respond(schemas.Delivery, delivery_view(delivery, with_attempts=True))
+
+    async def verify_destination(self, request: web.Request) -> web.StreamResponse:
+        dest = await self.service.verify(request[TENANT], request.match_info["id"])
+        return self._respond(self.models.destination, self._dest(dest), status=202)
+
+    async def rotate_secret(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request, schemas.RotateSecretRequest, optional=True)
+        dest, secret = await self.service.rotate_secret(
+            request[TENANT], request.match_info["id"], body.secret
+        )
+        view = self._dest(dest)
+        if body.secret is None:
+            view["secret"] = secret  # generated here: the caller's only chance to see it
+        return self._respond(self.models.rotated, view)
+
+    # --- deliveries -------------------------------------------------------------
+    async def list_deliveries(self, request: web.Request) -> web.StreamResponse:
+        query = self._query(request, {"limit", "cursor", "status", "event_type", "since", "until"})
+        dest = await self.service.get(request[TENANT], request.match_info["id"], deleted=True)
+        limit = self._limit(query)
+        status = None
+        if "status" in query:
+            try:
+                status = DeliveryStatus(query["status"])
+            except ValueError:
+                raise ValidationError(
+                    "status must be success, failure or pending",
+                    field="status",
+                    code="status_invalid",
+                ) from None
+        flt = DeliveryFilter(
+            tenant_id=request[TENANT],
+            destination_id=dest.id,
+            status=status,
+            event_types=(query["event_type"],) if "event_type" in query else (),
+            since=self._when(query, "since"),
+            until=self._when(query, "until"),
+        )
+        filters = {k: query.get(k) for k in ("status", "event_type", "since", "until")}
+        filters["tenant"] = request[TENANT]
+        endpoint = f"deliveries:{dest.id}"
+        before = None
+        if "cursor" in query:
+            before = self.cursors.decode(query["cursor"], endpoint=endpoint, filters=filters)
+        items, more = await self.service.list_deliveries(flt, before_id=before, limit=limit)
+        return self._page(
+            request,
+            [delivery_view(d) for d in items],
+            more,
+            endpoint=endpoint,
+            filters=filters,
+            model=schemas.DeliveryList,
+        )
+
+    async def get_delivery(self, request: web.Request) -> web.StreamResponse:
+        delivery = await self.service.get_delivery(request[TENANT], request.match_info["id"])
+        return self._respond(schemas.Delivery, delivery_view(delivery, with_attempts=True))
+
+    async def retry_delivery(self, request: web.Request) -> web.StreamResponse:
+        delivery = await self.service.retry(request[TENANT], request.match_info["id"])
+        self.wake()
+        return self._respond(
+            schemas.Delivery, delivery_view(delivery, with_attempts=True), status=202
+        )
+
+    async def replay(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request, schemas.ReplayRequest, optional=True)
+        dest = await self.service.get(request[TENANT], request.match_info["id"])
+        event_types = tuple(body.event_types or ())
+        flt = DeliveryFilter(
+            tenant_id=request[TENANT],
+            destination_id=dest.id,
+            status=DeliveryStatus(body.status) if body.status else None,
+            event_types=event_types,
+            since=self._when(body, "since"),
+            until=self._when(body, "until"),
+        )
+        result = await self.service.replay(flt, dry_run=body.dry_run)
+        log.info(
+            "replay",
+            destination_id=dest.id,
+            tenant_id=request[TENANT],
+            matched=result.matched,
+            requeued=result.requeued,
+            dry_run=body.dry_run,
+            by="api",
+        )
+        self.wake()
+        return self._respond(
+            schemas.ReplayResult,
+            {
+                "object": "replay",
+                "dry_run": result.dry_run,
+                "matched": result.matched,
+                "requeued": result.requeued,
+                "sample": [delivery_view(d) for d in result.sample],
+            },
+            status=200 if body.dry_run else 202,
+        )
+
+    # --- events -------------------------------------------------------------
+    async def publish_event(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+
+        async def run() -> web.Response:
+            body = await self._body(request, schemas.EventCreate)
+            event = await self.service.publish(
+                request[TENANT],
+                body.type,
+                body.data,
+                event_id=body.id,
+                created_at=body.created_at,
+            )
+            return self._respond(schemas.Event, event_view(event), status=202)
+
+        return await self._idempotent(request, raw, run)
+
+    async def get_event(self, request: web.Request) -> web.StreamResponse:
+        event = await self.service.get_event(request[TENANT], request.match_info["id"])
+        return self._respond(schemas.Event, event_view(event))
+
+    # --- docs -----------------------------------------------------------------
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        from herald.api.openapi import document
+
+        return json_response(document(self.models))
+
+
+def setup(
+    app: web.Application,
+    service: DestinationService,
+    *,
+    settings: Settings,
+    cursor_key: bytes,
+    wake: Callable[[], None] = lambda: None,
+) -> Api:
+    api = Api(service, settings=settings, cursor_key=cursor_key, wake=wake)
+    api.setup(app)
+    return api

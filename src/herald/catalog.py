@@ -1,0 +1,96 @@
+"""The in-memory view of destinations: lookup by id and the fan-out index.
+
+Rebuilt whenever the store's destinations version moves, so changes made by
+another process (the CLI, another API) reach the relay and the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+
+from herald.adapters.base import Adapter, DestinationConfig
+from herald.adapters.registry import Registry
+from herald.errors import HeraldError
+from herald.match import SubscriptionIndex
+from herald.model import Destination
+from herald.store.base import Store
+
+log = structlog.get_logger("herald.catalog")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    dest: Destination
+    adapter: Adapter
+    config: DestinationConfig | None
+    """None when the stored config no longer validates; its deliveries fail loudly."""
+    error: str | None = None
+
+
+class Catalog:
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self._store = store
+        self._registry = registry
+        self._version = -1
+        self._entries: dict[str, Entry] = {}
+        self._index: dict[str, SubscriptionIndex[str]] = {}
+        # One refresh at a time: an older read finishing after a newer one would put
+        # stale destinations (say, a secret from before a rotation) back in place.
+        self._refreshing = asyncio.Lock()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def refresh(self, *, force: bool = False) -> bool:
+        """Reload if anything changed; True when it did."""
+        async with self._refreshing:
+            return await self._refresh(force=force)
+
+    async def _refresh(self, *, force: bool) -> bool:
+        version = await self._store.destinations_version()
+        if version == self._version and not force:
+            return False
+        dests = await self._store.all_destinations()
+        entries: dict[str, Entry] = {}
+        index: dict[str, SubscriptionIndex[str]] = {}
+        for dest in dests:
+            old = self._entries.get(dest.id)
+            if old is not None and old.dest.updated_at == dest.updated_at:
+                entry = Entry(dest, old.adapter, old.config, old.error)
+            else:
+                entry = self._entry(dest)
+                if old is not None:
+                    await old.adapter.forget(dest.id)
+            entries[dest.id] = entry
+            index.setdefault(dest.tenant_id, SubscriptionIndex()).add(dest.id, dest.events)
+        for gone in self._entries.keys() - entries.keys():
+            await self._entries[gone].adapter.forget(gone)
+        self._entries, self._index, self._version = entries, index, version
+        return True
+
+    def _entry(self, dest: Destination) -> Entry:
+        adapter = self._registry.get(dest.type)
+        raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}
+        raw.update({k: v for k, v in dest.secrets.items() if not k.startswith("_")})
+        try:
+            config = self._registry.parse_config(dest.type, raw)
+        except HeraldError as exc:
+            log.error("destination_config_invalid", destination_id=dest.id, error=exc.message)
+            return Entry(dest, adapter, None, exc.message)
+        return Entry(dest, adapter, config)
+
+    def get(self, dest_id: str) -> Entry | None:
+        return self._entries.get(dest_id)
+
+    def subscribers(self, tenant_id: str, event_type: str) -> list[Entry]:
+        index = self._index.get(tenant_id)
+        if index is None:
+            return []
+        return [self._entries[d] for d in sorted(index.match(event_type))]
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,331 @@
+"""Configuration: a TOML file, overridden by ``HERALD_…`` environment variables.
+
+Every key is documented in ``config.example.toml``. Loading never half-works:
+an invalid file or value raises :class:`~herald.errors.ConfigError` with one
+message that names each offending key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from herald.crypto import parse_key
+from herald.errors import ConfigError
+
+ENV_PREFIX = "HERALD_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatabaseSettings(_Section):
+    url: str = "sqlite:///./herald.db"
+    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``postgresql://…``."""
+    busy_timeout_seconds: float = Field(default=5.0, gt=0)
+    pool_size: int = Field(default=10, ge=2, le=1000)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        scheme = urlsplit(value).scheme
+        if scheme == "sqlite":
+            if not value.startswith("sqlite:///") or value == "sqlite:///":
+                raise ValueError("expected sqlite:///path/to/file.db (three slashes, then a path)")
+            return value
+        if scheme in ("postgresql", "postgres"):
+            return value
+        raise ValueError(f"unsupported database URL scheme {scheme!r}; use sqlite or postgresql")
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file this URL names, or None for another engine."""
+        if not self.url.startswith("sqlite:///"):
+            return None
+        return Path(self.url.removeprefix("sqlite:///"))
+
+
+class ApiSettings(_Section):
+    listen: str = "127.0.0.1:8080"
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    rate_limit_requests: int = Field(default=200, ge=1)
+    rate_limit_window_seconds: float = Field(default=10.0, gt=0)
+    idempotency_ttl_seconds: float = Field(default=86_400.0, gt=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8080")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+AUTO_WORKERS_MAX = 4
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpu_limit(root: Path | None = None) -> float | None:
+    """The CPU quota of this process's cgroup in cores (a container's ``cpus``, a
+    Kubernetes CPU limit), or None when there is none. cgroup v2, then v1."""
+    root = CGROUP_ROOT if root is None else root
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
+
+
+def auto_worker_processes() -> int:
+    """``worker_processes = "auto"``: one attempt process per usable core, up to
+    :data:`AUTO_WORKERS_MAX`; with one core the daemon makes the attempts itself.
+
+    Usable cores: those the process may run on, and no more than its cgroup's CPU
+    quota (rounded down): a container limited to one CPU on a 32-core node gets 1,
+    not 4 children competing for one CPU's time and the memory limit. Beyond a few
+    children the one process that does the database work is the limit."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_limit()
+    if quota is not None:
+        cores = min(cores, max(1, int(quota)))
+    return 1 if cores < 2 else min(cores, AUTO_WORKERS_MAX)
+
+
+class DeliverySettings(_Section):
+    backoff_base_seconds: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=10, ge=0, le=30)
+    webhook_timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+    adapter_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    max_concurrency: int = Field(default=256, ge=1, le=10_000)
+    max_per_destination: int = Field(default=64, ge=1, le=10_000)
+    worker_processes: int = Field(default_factory=auto_worker_processes, ge=1, le=64)
+    claim_batch_size: int = Field(default=512, ge=1, le=10_000)
+    lease_seconds: float = Field(default=300.0, gt=0)
+    heartbeat_seconds: float = Field(default=5.0, gt=0, le=3600)
+    instance_timeout_seconds: float = Field(default=30.0, gt=0)
+    idle_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    retry_after_max_seconds: float = Field(default=86_400.0, ge=0)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    eventbridge_source: str = Field(default="herald", min_length=1)
+    webhook_proxy: str | None = None
+    webhook_source_addresses: tuple[str, ...] = ()
+
+    @field_validator("webhook_proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("expected http://host:port or https://host:port")
+        return value
+
+    @field_validator("webhook_source_addresses")
+    @classmethod
+    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            try:
+                ipaddress.ip_address(address)
+            except ValueError as exc:
+                raise ValueError(f"{address!r} is not an IP address") from exc
+        return value
+
+    replay_rate_per_second: float = Field(default=500.0, ge=0)
+
+    @field_validator("worker_processes", mode="before")
+    @classmethod
+    def _auto_workers(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return auto_worker_processes()
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_spans_heartbeats(self) -> DeliverySettings:
+        if self.instance_timeout_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError(
+                f"instance_timeout_seconds ({self.instance_timeout_seconds:g}) must be at least"
+                f" twice heartbeat_seconds ({self.heartbeat_seconds:g}), or one late heartbeat"
+                " declares a live instance dead"
+            )
+        return self
+
+
+class RelaySettings(_Section):
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    poll_interval_seconds: float = Field(default=0.02, gt=0, le=60)
+    max_payload_bytes: int = Field(default=1_048_576, ge=1024)
+
+
+class SecuritySettings(_Section):
+    allow_private_networks: bool = False
+    allowed_networks: tuple[str, ...] = ()
+    encryption_key: SecretStr | None = None
+    encryption_key_file: Path | None = None
+    previous_encryption_keys: tuple[SecretStr, ...] = ()
+    """Keys that still decrypt credentials written before a rotation; never used to encrypt."""
+
+    @field_validator("encryption_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                parse_key(value.get_secret_value())
+            except ConfigError as exc:
+                raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("previous_encryption_keys")
+    @classmethod
+    def _keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        for i, key in enumerate(value):
+            try:
+                parse_key(key.get_secret_value())
+            except ConfigError as exc:
+                raise ValueError(f"[{i}]: {exc.message}") from None
+        return value
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR network") from exc
+        return value
+
+
+class RetentionSettings(_Section):
+    days: float = Field(default=30.0, ge=0)
+    interval_seconds: float = Field(default=3600.0, gt=0)
+    batch_size: int = Field(default=5000, ge=1, le=100_000)
+
+
+class MetricsSettings(_Section):
+    refresh_seconds: float = Field(default=5.0, gt=0)
+    per_destination: bool = False
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console", "auto"] = "auto"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Settings(BaseSettings):
+    """The whole configuration; sections mirror the TOML tables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    database: DatabaseSettings = DatabaseSettings()
+    api: ApiSettings = ApiSettings()
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    relay: RelaySettings = RelaySettings()
+    security: SecuritySettings = SecuritySettings()
+    retention: RetentionSettings = RetentionSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    log: LogSettings = LogSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values arrive as init kwargs; the environment overrides them.
+        return (env_settings, init_settings)
+
+    def key_file(self) -> Path | None:
+        """Where the generated encryption key lives when none is configured."""
+        if self.security.encryption_key_file is not None:
+            return self.security.encryption_key_file
+        db = self.database.sqlite_path
+        return None if db is None else db.with_name(db.name + ".key")
+
+
+def _describe(errors: list[Any]) -> str:
+    lines = []
+    for err in errors:
+        key = ".".join(str(part) for part in err["loc"]) or "(root)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif (
+            "input" in err
+            and not isinstance(err["input"], dict | list)
+            and "encryption_key" not in key  # never echo a key, even a malformed one
+        ):
+            msg = f"{msg} (got {err['input']!r})"
+        lines.append(f"{key}: {msg}")
+    return "; ".join(lines)
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read ``path`` (TOML, optional) and ``HERALD_…`` variables into validated settings."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+    try:
+        return Settings(**data)
+    except pydantic.ValidationError as exc:
+        where = f"config {path}" if path else "config"
+        raise ConfigError(f"{where}: {_describe(exc.errors())}") from exc
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, secrets replaced by ``********``."""
+    out: dict[str, Any] = settings.model_dump(mode="json")
+    key = settings.security.encryption_key
+    out["security"]["encryption_key"] = None if key is None else "********"
+    out["security"]["previous_encryption_keys"] = [
+        "********" for _ in settings.security.previous_encryption_keys
+    ]
+    return out

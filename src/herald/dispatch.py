@@ -1,0 +1,519 @@
+"""Delivery workers: claim due deliveries, attempt them concurrently, record outcomes.
+
+Concurrency is bounded globally and per destination, so one slow or dead
+destination holds at most ``max_per_destination`` of the global slots while
+the others keep flowing. Outcomes are written in batches by one writer task;
+an outcome that cannot be written is retried, never dropped. The loop never
+busy-polls: it sleeps until the next due time, a wake-up from the relay or a
+finished attempt, or the idle poll that notices changes made by other
+processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from herald.adapters.base import Result
+from herald.catalog import Catalog
+from herald.errors import StorageError
+from herald.ids import new_id
+from herald.logs import debug_enabled
+from herald.model import (
+    Attempt,
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Outcome,
+)
+from herald.retry import Backoff, RetryPolicy
+from herald.store.base import Store
+
+log = structlog.get_logger("herald.dispatch")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_concurrency: int = 256
+    max_per_destination: int = 64
+    claim_batch: int = 512
+    lease_seconds: float = 300.0
+    idle_poll: float = 1.0
+    shutdown_grace: float = 10.0
+
+
+@dataclass(slots=True)
+class Room:
+    """What the dispatcher takes from one relay batch as it is written: deliveries
+    stored already leased to it and started at once, without a claim query.
+
+    The budget of a claim: the global free slots, and per destination no more
+    outstanding than one claim can bring it to (``cap``); the rest wait in the
+    table for a claim, by this instance or another."""
+
+    owner: str
+    lease_until: float
+    free: int
+    outstanding: dict[str, int]
+    """A copy of the dispatcher's per-destination counts, counted up as we take."""
+    cap: int
+
+    def take(self, destination_id: str) -> bool:
+        n = self.outstanding.get(destination_id, 0)
+        if self.free <= 0 or n >= self.cap:
+            return False
+        self.outstanding[destination_id] = n + 1
+        self.free -= 1
+        return True
+
+
+class Recorder:
+    """Batches attempt records into one transaction per flush; retries failed writes."""
+
+    def __init__(self, store: Store, *, on_flush: Callable[[list[AttemptRecord]], None]) -> None:
+        self._store = store
+        self._pending: list[AttemptRecord] = []
+        self._ready = asyncio.Event()
+        self._on_flush = on_flush
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.storage_error: str | None = None
+        """Why the last write failed while writes keep failing (/readyz shows it)."""
+
+    def add(self, record: AttemptRecord) -> None:
+        self._pending.append(record)
+        self._idle.clear()
+        self._ready.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        delay = 0.05
+        while True:
+            if not self._pending:
+                self._idle.set()
+                if stop.is_set():
+                    return
+                self._ready.clear()
+                waiters = [
+                    asyncio.ensure_future(self._ready.wait()),
+                    asyncio.ensure_future(stop.wait()),
+                ]
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+                continue
+            batch, self._pending = self._pending, []
+            try:
+                await self._store.record_attempts(batch)
+            except StorageError as exc:
+                # Put the batch back in front: nothing is dropped, order is kept.
+                self.storage_error = exc.message
+                self._pending = batch + self._pending
+                log.error(
+                    "record_attempts_failed", error=exc.message, retry_in=delay, count=len(batch)
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.05
+            self.storage_error = None
+            self._on_flush(batch)
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+
+AttemptOutcome = tuple[AttemptRecord, str] | BaseException
+"""An attempt's record and its destination type id, or why it has none."""
+AttemptDone = Callable[[DueDelivery, AttemptOutcome], None]
+Submit = Callable[[DueDelivery, AttemptDone], None]
+"""Starts an attempt elsewhere (herald.workers) and calls back once, with its outcome."""
+
+
+class Dispatcher:
+    """The delivery engine of one Herald process.
+
+    Claimed deliveries start as slots allow: at most ``max_per_destination`` of one
+    destination and ``max_concurrency`` in all run at once; the others wait in
+    queues, first their destination's, then the global one, in claim order. Slots
+    are handed on by the completion callbacks themselves: no task per waiting
+    delivery, and none at all when attempts run in worker processes.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        catalog: Catalog,
+        policy: RetryPolicy,
+        limits: Limits,
+        *,
+        owner: str,
+        on_attempt: Callable[[str, AttemptRecord, DueDelivery], None] = lambda t, r, d: None,
+        submit: Submit | None = None,
+    ) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._policy = policy
+        self._limits = limits
+        self.owner = owner
+        self._on_attempt = on_attempt
+        # Where attempts run: here, a task each, or in worker processes (herald.workers).
+        self._submit = submit
+        self._done_cb: AttemptDone = self._done
+        self._wake = asyncio.Event()
+        self._slot = asyncio.Event()
+        # Claimed and not yet recorded, per destination and in all (running or waiting).
+        self._outstanding: Counter[str] = Counter()
+        self._total = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        # Running attempts, in all and per destination, and the two waiting queues.
+        self._running = 0
+        self._running_per: dict[str, int] = {}
+        self._held: dict[str, deque[DueDelivery]] = {}
+        """Waiting for a slot of their destination."""
+        self._ready: deque[DueDelivery] = deque()
+        """Holding their destination's slot, waiting for a global one."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._claimed: set[str] = set()
+        self._backoff = Backoff()
+        self.recorder = Recorder(store, on_flush=self._flushed)
+        self._recorder_task: asyncio.Task[None] | None = None
+        self.running = False
+        self._accepting = False
+        self._claim_error: str | None = None
+        # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def inflight(self) -> int:
+        return self._total
+
+    @property
+    def storage_error(self) -> str | None:
+        """Why claiming or recording keeps failing, while it does (/readyz shows it)."""
+        return self.recorder.storage_error or self._claim_error
+
+    def wake(self) -> None:
+        """New or re-queued work exists: look now."""
+        self._wake.set()
+
+    def _flushed(self, batch: list[AttemptRecord]) -> None:
+        if any(r.next_attempt_at is not None or r.activates_destination for r in batch):
+            self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and attempt until ``stop``; then drain within the grace period."""
+        self.running = True
+        self._event_loop = asyncio.get_running_loop()
+        # The recorder outlives the claim loop: attempts finishing during the
+        # drain must still be written before the process exits.
+        recorder_stop = asyncio.Event()
+        recorder = asyncio.create_task(self.recorder.run(recorder_stop), name="herald-recorder")
+        self._recorder_task = recorder
+        renewer = asyncio.create_task(self._renew_leases(stop), name="herald-lease-renewal")
+        self._accepting = True
+        try:
+            await self._loop(stop)
+        finally:
+            self.running = False
+            self._accepting = False  # what the relay leases from now on, it releases
+            await self._drain()
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+            recorder_stop.set()
+            await recorder
+            await self._release_unfinished()
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        lim = self._limits
+        while not stop.is_set():
+            if self._recorder_task is not None and self._recorder_task.done():
+                raise RuntimeError("the attempt recorder stopped unexpectedly")
+            # Clear the signals before reading any state: a wake-up or a freed slot
+            # that happens while we claim must end the sleep that follows, not be lost.
+            self._wake.clear()
+            self._slot.clear()
+            free = self._free()
+            if free <= 0:
+                await self._sleep(stop, lim.idle_poll, slot=True)
+                continue
+            want = min(free, lim.claim_batch)
+            saturated = [d for d, n in self._outstanding.items() if n >= lim.max_per_destination]
+            now = time.time()
+            try:
+                due = await self._store.claim_due(
+                    now=now,
+                    limit=want,
+                    owner=self.owner,
+                    lease_until=now + lim.lease_seconds,
+                    exclude_destinations=saturated,
+                )
+                await self._start(due)
+                if len(due) >= want:
+                    continue
+                next_due = await self._store.next_due_at()
+            except StorageError as exc:
+                # Claims are transactional: a failed one leased nothing. Wait, retry.
+                self._claim_error = exc.message
+                delay = self._backoff.next()
+                log.warning("claim_storage_error", error=exc.message, retry_in=delay)
+                await self._sleep(stop, delay, slot=False)
+                continue
+            self._claim_error = None
+            self._backoff.reset()
+            if next_due is None:
+                await self._sleep(stop, lim.idle_poll, slot=False)
+            elif next_due <= time.time():
+                # Due work exists but only for saturated destinations: wait for a slot.
+                await self._sleep(stop, lim.idle_poll, slot=True)
+            else:
+                await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
+
+    def _free(self) -> int:
+        """Deliveries this dispatcher can take on now."""
+        lim = self._limits
+        # Deliveries parked behind their own destination's limit do not use the
+        # global budget: a slow destination's backlog must not stall the others.
+        parked = sum(
+            n - lim.max_per_destination
+            for n in self._outstanding.values()
+            if n > lim.max_per_destination
+        )
+        return lim.max_concurrency * 2 - (self._total - parked)
+
+    def room(self) -> Room | None:
+        """The relay asks before a batch: how many of its deliveries to lease to us."""
+        if not self._accepting:
+            return None
+        free = self._free()
+        if free <= 0:
+            return None
+        lim = self._limits
+        # A claim takes up to claim_batch for a destination below its own limit.
+        cap = max(lim.max_per_destination, lim.claim_batch)
+        return Room(self.owner, time.time() + lim.lease_seconds, free, dict(self._outstanding), cap)
+
+    def adopt(self, due: list[DueDelivery]) -> bool:
+        """Start deliveries the relay stored leased to us. False once we stop taking
+        work: their leases are the relay's to release."""
+        if not self._accepting:
+            return False
+        self._launch(due)
+        return True
+
+    async def _sleep(self, stop: asyncio.Event, timeout: float, *, slot: bool) -> None:
+        events = [stop, self._wake] + ([self._slot] if slot else [])
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(
+                waiters, timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for w in waiters:
+                w.cancel()
+
+    async def _start(self, due: list[DueDelivery]) -> None:
+        missing = [d for d in due if self._catalog.get(d.destination_id) is None]
+        if missing:
+            await self._catalog.refresh(force=True)
+        self._launch(due)
+
+    def _launch(self, due: list[DueDelivery]) -> None:
+        if due:
+            self._idle.clear()
+        per_cap = self._limits.max_per_destination
+        for item in due:
+            self._claimed.add(item.id)
+            dest = item.destination_id
+            self._outstanding[dest] += 1
+            self._total += 1
+            n = self._running_per.get(dest, 0)
+            if n >= per_cap:
+                held = self._held.get(dest)
+                if held is None:
+                    held = self._held[dest] = deque()
+                held.append(item)
+                continue
+            self._running_per[dest] = n + 1
+            if self._running < self._limits.max_concurrency:
+                self._begin(item)
+            else:
+                self._ready.append(item)
+
+    def _begin(self, item: DueDelivery) -> None:
+        self._running += 1
+        if self._submit is not None:
+            self._submit(item, self._done_cb)
+            return
+        loop = self._event_loop or asyncio.get_running_loop()
+        task = loop.create_task(self._attempt_here(item), name=f"herald-attempt-{item.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _attempt_here(self, item: DueDelivery) -> None:
+        try:
+            outcome = await self.attempt(item)
+        except BaseException as exc:  # cancelled at shutdown, or a bug of ours
+            self._done(item, exc)
+            raise
+        self._done(item, outcome)
+
+    def _done(self, item: DueDelivery, outcome: AttemptOutcome) -> None:
+        """An attempt ended: record it, free its slots, start who waits for them."""
+        if item.id not in self._claimed:
+            return  # given up at shutdown: its lease is released, it goes again later
+        try:
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, asyncio.CancelledError):
+                    log.error("attempt_lost", delivery_id=item.id, error=repr(outcome))
+            else:
+                record, type_id = outcome
+                self.recorder.add(record)
+                self._on_attempt(type_id, record, item)
+        finally:
+            self._release(item)
+
+    def _release(self, item: DueDelivery) -> None:
+        lim = self._limits
+        dest = item.destination_id
+        self._claimed.discard(item.id)
+        left = self._outstanding[dest] - 1
+        if left <= 0:
+            del self._outstanding[dest]
+        else:
+            self._outstanding[dest] = left
+        self._total -= 1
+        self._running -= 1
+        held = self._held.get(dest)
+        if held:
+            # The destination's slot passes to its next waiting delivery.
+            self._ready.append(held.popleft())
+            if not held:
+                del self._held[dest]
+        else:
+            n = self._running_per[dest] - 1
+            if n:
+                self._running_per[dest] = n
+            else:
+                del self._running_per[dest]
+        ready = self._ready
+        while ready and self._running < lim.max_concurrency:
+            self._begin(ready.popleft())
+        if self._total == 0:
+            self._idle.set()
+        # Wake the claim loop only when this completion makes room it can use:
+        # its destination stops being saturated, or the global budget reopens.
+        if left == lim.max_per_destination - 1 or self._total == lim.max_concurrency * 2 - 1:
+            self._slot.set()
+
+    async def attempt(self, item: DueDelivery) -> tuple[AttemptRecord, str]:
+        """Run one attempt of ``item`` and build its record (also used by test pings)."""
+        number = item.attempt_count + 1
+        entry = self._catalog.get(item.destination_id)
+        started = time.time()
+        t0 = time.perf_counter()
+        type_id = entry.dest.type if entry is not None else "unknown"
+        if entry is None:
+            result = Result.permanent("destination no longer exists")
+        elif entry.config is None:
+            result = Result.permanent(f"stored destination config is invalid: {entry.error}")
+        else:
+            try:
+                async with asyncio.timeout(entry.adapter.timeout):
+                    result = await entry.adapter.deliver(entry.dest, entry.config, item.event)
+            except TimeoutError:
+                result = Result(
+                    Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
+                )
+            except Exception as exc:  # an adapter bug must not kill the engine
+                log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
+                result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
+        duration_ms = (time.perf_counter() - t0) * 1000
+        attempt = Attempt(
+            id=new_id("att_"),
+            delivery_id=item.id,
+            number=number,
+            started_at=started,
+            duration_ms=round(duration_ms, 3),
+            outcome=result.outcome,
+            response_status=result.status,
+            error=result.error,
+            response_excerpt=result.excerpt,
+        )
+        if result.outcome is Outcome.SUCCESS:
+            activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
+            record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
+        else:
+            nxt = self._policy.next_attempt_at(
+                failed_attempt=number,
+                max_attempts=item.max_attempts,
+                now=time.time(),
+                retry_after=result.retry_after,
+            )
+            status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
+            record = AttemptRecord(attempt, status, nxt)
+        if debug_enabled():
+            log.debug(
+                "attempt",
+                delivery_id=item.id,
+                event_id=item.event.id,
+                destination_id=item.destination_id,
+                attempt=number,
+                outcome=result.outcome.value,
+                status=result.status,
+            )
+        return record, type_id
+
+    async def _renew_leases(self, stop: asyncio.Event) -> None:
+        """Keep the leases of claimed deliveries alive while they wait or run, so
+        another instance takes them over only when this one is gone."""
+        interval = self._limits.lease_seconds / 3
+        while not stop.is_set():
+            await asyncio.sleep(interval)
+            if not self._claimed:
+                continue
+            try:
+                await self._store.renew_leases(
+                    list(self._claimed),
+                    owner=self.owner,
+                    until=time.time() + self._limits.lease_seconds,
+                )
+            except StorageError as exc:
+                log.warning("lease_renewal_failed", error=exc.message)
+
+    async def _drain(self) -> None:
+        """Let claimed deliveries finish within the grace period; then give up the rest
+        (their leases are released: they go again, here or elsewhere)."""
+        if self._total == 0:
+            return
+        try:
+            async with asyncio.timeout(self._limits.shutdown_grace):
+                await self._idle.wait()
+            return
+        except TimeoutError:
+            pass
+        given_up = len(self._claimed)
+        self._held.clear()
+        self._ready.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._claimed.clear()  # what a worker process still answers is ignored
+        log.warning("attempts_cancelled_at_shutdown", count=given_up)
+
+    async def _release_unfinished(self) -> None:
+        try:
+            released = await self._store.release_leases(owner=self.owner, now=time.time())
+        except StorageError as exc:
+            log.error("release_leases_failed", error=exc.message)
+            return
+        if released:
+            log.info("unfinished_deliveries_released", count=released)

@@ -1,0 +1,244 @@
+"""The data Herald moves: events, destinations, deliveries and attempts.
+
+Times are Unix epoch seconds (floats) everywhere inside Herald, except an event's
+``created_at``, which keeps the producer's RFC 3339 text (up to nanoseconds)
+because receivers and S3 object keys see it verbatim.
+
+The records built for every delivery on the hot path (:class:`OutboxRow`,
+:class:`Event`, :class:`NewDelivery`, :class:`DueDelivery`, :class:`Attempt`,
+:class:`AttemptRecord`) are slotted but not frozen: a frozen dataclass sets each
+field through ``object.__setattr__``, 1.06 µs against 0.19 µs for eleven fields,
+several times per delivery. Nothing changes them after they are built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+
+class DestinationStatus(StrEnum):
+    PENDING_VERIFICATION = "pending_verification"
+    ACTIVE = "active"
+    INACTIVE = "inactive"
+
+
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+class DeliveryKind(StrEnum):
+    EVENT = "event"
+    VERIFICATION = "verification"
+    TEST = "test"
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILURE_RETRYABLE = "failure_retryable"
+    FAILURE_PERMANENT = "failure_permanent"
+    TIMEOUT = "timeout"
+
+
+VERIFICATION_EVENT_TYPE = "destination.verification"
+TEST_EVENT_TYPE = "test.ping"
+DEFAULT_TENANT = "default"
+
+
+@dataclass(slots=True)
+class Event:
+    id: str
+    tenant_id: str
+    type: str
+    created_at: str
+    created_ts: float
+    data: bytes
+    """The payload as compact JSON (an object), exactly as it goes on the wire."""
+
+    def envelope(self) -> bytes:
+        """The message body every adapter sends: ``{"id","type","created_at","data"}``."""
+        return b"".join(
+            (
+                b'{"id":',
+                orjson.dumps(self.id),
+                b',"type":',
+                orjson.dumps(self.type),
+                b',"created_at":',
+                orjson.dumps(self.created_at),
+                b',"data":',
+                self.data,
+                b"}",
+            )
+        )
+
+    def metadata(self) -> dict[str, str]:
+        """Event metadata carried as headers / attributes / application properties."""
+        return {
+            "event-id": self.id,
+            "event-type": self.type,
+            "event-created-at": self.created_at,
+            "tenant-id": self.tenant_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    id: str
+    tenant_id: str
+    name: str
+    type: str
+    config: dict[str, Any]
+    """Non-secret fields of the type-keyed object (plus Herald's own bookkeeping)."""
+    secrets: dict[str, str]
+    """Credential fields, in clear in memory; the store encrypts them at rest."""
+    events: tuple[str, ...]
+    status: DestinationStatus
+    created_at: float
+    updated_at: float
+    deleted_at: float | None = None
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
+
+
+@dataclass(slots=True)
+class Attempt:
+    id: str
+    delivery_id: str
+    number: int
+    started_at: float
+    duration_ms: float
+    outcome: Outcome
+    response_status: int | None = None
+    error: str | None = None
+    response_excerpt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    id: str
+    tenant_id: str
+    event_id: str
+    event_type: str
+    destination_id: str
+    kind: DeliveryKind
+    status: DeliveryStatus
+    attempt_count: int
+    max_attempts: int
+    next_attempt_at: float | None
+    held: bool
+    created_at: float
+    updated_at: float
+    last_attempt: Attempt | None = None
+    attempts: tuple[Attempt, ...] = field(default=())
+
+
+@dataclass(slots=True)
+class NewDelivery:
+    """A delivery to insert: the relay's and the service's unit of fan-out."""
+
+    id: str
+    tenant_id: str
+    event_id: str
+    event_type: str
+    destination_id: str
+    kind: DeliveryKind
+    max_attempts: int
+    next_attempt_at: float | None
+    """None for a test ping, which the API attempts itself and workers never claim.
+    For a delivery leased at insert (``lease_owner``), the lease's end."""
+    held: bool
+    created_at: float
+    lease_owner: str | None = None
+    """Set when the relay hands the delivery straight to its own dispatcher: it is
+    inserted claimed, and the claim query never has to find it."""
+
+
+@dataclass(slots=True)
+class OutboxRow:
+    """One raw outbox row; every field may be malformed until the relay checks it."""
+
+    seq: int
+    id: bytes | None
+    tenant_id: bytes | None
+    type: bytes | None
+    data: bytes | None
+    created_at: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """An outbox row that cannot become an event, kept with the reason."""
+
+    seq: int
+    id: str | None
+    tenant_id: str | None
+    type: str | None
+    data: str | None
+    created_at: str | None
+    reason: str
+
+
+@dataclass(slots=True)
+class RelayPlan:
+    """What one relay batch writes, in one transaction."""
+
+    events: list[Event] = field(default_factory=list)
+    deliveries: list[NewDelivery] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    leased: list[str] = field(default_factory=list)
+    """Ids of the deliveries stored leased (``NewDelivery.lease_owner``) and not held:
+    the store's answer, after checking against the committed destination status."""
+
+
+@dataclass(slots=True)
+class DueDelivery:
+    """A claimed delivery, with what the engine needs to attempt it."""
+
+    id: str
+    destination_id: str
+    kind: DeliveryKind
+    attempt_count: int
+    max_attempts: int
+    event: Event
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    """One finished attempt and the delivery state it leads to."""
+
+    attempt: Attempt
+    status: DeliveryStatus
+    next_attempt_at: float | None
+    activates_destination: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A running ``herald run`` as the database knows it, by its heartbeats."""
+
+    id: str
+    hostname: str
+    pid: int
+    version: str
+    started_at: float
+    heartbeat_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFilter:
+    """Selects deliveries for listing and replay; every field narrows."""
+
+    tenant_id: str | None = None
+    destination_id: str | None = None
+    status: DeliveryStatus | None = None
+    event_types: tuple[str, ...] = ()
+    since: float | None = None
+    until: float | None = None
+    ids: tuple[str, ...] = ()

@@ -1,0 +1,560 @@
+"""Destination, delivery and event operations shared by the CLI and the REST API.
+
+Every rule about what a caller may do lives here once: body validation, state
+transitions, verification, test pings, secret rotation, retry and replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from herald.adapters.base import MASK
+from herald.adapters.registry import Registry
+from herald.catalog import Catalog
+from herald.dispatch import Dispatcher
+from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.ids import new_id
+from herald.match import validate_event_type, validate_pattern
+from herald.model import (
+    DEFAULT_TENANT,
+    TEST_EVENT_TYPE,
+    VERIFICATION_EVENT_TYPE,
+    Delivery,
+    DeliveryFilter,
+    DeliveryKind,
+    DeliveryStatus,
+    Destination,
+    DestinationStatus,
+    DueDelivery,
+    Event,
+    NewDelivery,
+)
+from herald.retry import RetryPolicy
+from herald.signing import generate_secret, parse_secret
+from herald.store.base import Store
+from herald.timeutil import format_epoch, parse_timestamp
+
+ROTATION_WINDOW_SECONDS = 24 * 3600
+MAX_NAME_LENGTH = 255
+MAX_PATTERNS = 100
+REPLAY_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    matched: int
+    requeued: int
+    sample: list[Delivery]
+    dry_run: bool
+
+
+def _str_field(body: Mapping[str, Any], name: str, *, required: bool) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"{name} is required", field=name, code="field_required")
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", field=name, code="invalid_type")
+    return value
+
+
+def _name(body: Mapping[str, Any]) -> str | None:
+    name = _str_field(body, "name", required=False)
+    if name is not None and not 1 <= len(name.strip()) <= MAX_NAME_LENGTH:
+        raise ValidationError(
+            f"name must be 1 to {MAX_NAME_LENGTH} characters", field="name", code="name_invalid"
+        )
+    return name
+
+
+def _events(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] | None:
+    events = body.get("events")
+    if events is None:
+        if required:
+            raise ValidationError("events is required", field="events", code="field_required")
+        return None
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        raise BadRequest("events must be an array of strings", field="events", code="invalid_type")
+    if not events:
+        raise ValidationError(
+            "events must name at least one event type or '*'", field="events", code="events_empty"
+        )
+    if len(events) > MAX_PATTERNS:
+        raise ValidationError(
+            f"events holds at most {MAX_PATTERNS} patterns", field="events", code="events_invalid"
+        )
+    for i, pattern in enumerate(events):
+        try:
+            validate_pattern(pattern)
+        except ValidationError as exc:
+            raise ValidationError(
+                exc.message, field=f"events[{i}]", code="event_pattern_invalid"
+            ) from exc
+    return tuple(dict.fromkeys(events))
+
+
+class DestinationService:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        policy: RetryPolicy,
+        *,
+        catalog: Catalog | None = None,
+        dispatcher: Dispatcher | None = None,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.policy = policy
+        self.catalog = catalog or Catalog(store, registry)
+        self._dispatcher = dispatcher
+        self._on_change = on_change
+
+    # --- destinations -------------------------------------------------------
+    def _type_object(
+        self, body: Mapping[str, Any], type_name: str
+    ) -> tuple[str, Mapping[str, Any] | None]:
+        """Find the type-keyed object under the canonical id or any alias."""
+        canonical = self.registry.canonical(type_name)
+        found = [n for n in self.registry.names_of(canonical) if n in body]
+        if len(found) > 1:
+            raise BadRequest(
+                f"give the {canonical} config once, not under {' and '.join(found)}",
+                field=found[1],
+                code="invalid_request",
+            )
+        if not found:
+            return canonical, None
+        obj = body[found[0]]
+        if not isinstance(obj, dict):
+            raise BadRequest(f"{found[0]} must be an object", field=found[0], code="invalid_type")
+        for key, value in obj.items():
+            if value is not None and not isinstance(value, str):
+                raise BadRequest(
+                    f"{found[0]}.{key} must be a string",
+                    field=f"{found[0]}.{key}",
+                    code="invalid_type",
+                )
+        return canonical, obj
+
+    def _known_keys(self, body: Mapping[str, Any], type_name: str, extra: Iterable[str]) -> None:
+        allowed = {
+            "name",
+            "type",
+            "events",
+            *extra,
+            *self.registry.names_of(self.registry.canonical(type_name)),
+        }
+        for key in body:
+            if key not in allowed:
+                raise BadRequest(f"unknown field {key!r}", field=key, code="unknown_field")
+
+    def _verification(self, dest: Destination, now: float) -> tuple[Event, NewDelivery]:
+        event = Event(
+            id=new_id("evt_"),
+            tenant_id=dest.tenant_id,
+            type=VERIFICATION_EVENT_TYPE,
+            created_at=format_epoch(now),
+            created_ts=now,
+            data=orjson.dumps({"destination_id": dest.id}),
+        )
+        delivery = NewDelivery(
+            id=new_id("dlv_"),
+            tenant_id=dest.tenant_id,
+            event_id=event.id,
+            event_type=event.type,
+            destination_id=dest.id,
+            kind=DeliveryKind.VERIFICATION,
+            max_attempts=self.policy.max_attempts,
+            next_attempt_at=now,
+            held=False,
+            created_at=now,
+        )
+        return event, delivery
+
+    async def create(self, tenant_id: str, body: Mapping[str, Any]) -> Destination:
+        type_name = _str_field(body, "type", required=True)
+        assert type_name is not None
+        self._known_keys(body, type_name, ())
+        name = _name(body)
+        if name is None:
+            raise ValidationError("name is required", field="name", code="field_required")
+        events = _events(body, required=True)
+        assert events is not None
+        canonical, raw = self._type_object(body, type_name)
+        if raw is None:
+            raise ValidationError(
+                f"{type_name} (the type's config object) is required",
+                field=type_name,
+                code="field_required",
+            )
+        config = self.registry.parse_config(
+            type_name, {k: v for k, v in raw.items() if v is not None}
+        )
+        await self.registry.get(canonical).check(config)
+        plain, secrets = config.split()
+        now = time.time()
+        dest = Destination(
+            id=new_id("evtd_"),
+            tenant_id=tenant_id,
+            name=name,
+            type=canonical,
+            config=plain,
+            secrets=secrets,
+            events=events,
+            status=DestinationStatus.PENDING_VERIFICATION,
+            created_at=now,
+            updated_at=now,
+        )
+        await self.store.create_destination(dest, verification=self._verification(dest, now))
+        self._on_change()
+        return dest
+
+    async def get(self, tenant_id: str, dest_id: str, *, deleted: bool = False) -> Destination:
+        dest = await self.store.get_destination(tenant_id, dest_id)
+        if dest is None or (dest.deleted and not deleted):
+            raise NotFound(f"no event destination {dest_id}", code="destination_not_found")
+        return dest
+
+    async def list_destinations(
+        self,
+        tenant_id: str,
+        *,
+        status: DestinationStatus | None = None,
+        type: str | None = None,
+        before_id: str | None = None,
+        limit: int = 20,
+    ) -> tuple[list[Destination], bool]:
+        canonical = self.registry.canonical(type) if type is not None else None
+        rows = await self.store.list_destinations(
+            tenant_id=tenant_id, status=status, type=canonical, before_id=before_id, limit=limit + 1
+        )
+        return rows[:limit], len(rows) > limit
+
+    async def _write(
+        self,
+        tenant_id: str,
+        dest_id: str,
+        change: Callable[[Destination], Awaitable[tuple[Destination, bool]]],
+    ) -> Destination:
+        """Apply ``change`` (returns the new state and whether to re-verify) with
+        optimistic concurrency: a destination changed meanwhile — by another
+        request, or by its verification succeeding — is re-read and re-applied."""
+        for _ in range(5):
+            dest = await self.get(tenant_id, dest_id)
+            updated, reverify = await change(dest)
+            updated = replace(updated, updated_at=max(time.time(), dest.updated_at + 1e-6))
+            verification = self._verification(updated, updated.updated_at) if reverify else None
+            if await self.store.update_destination(
+                updated, verification=verification, expected_updated_at=dest.updated_at
+            ):
+                self._on_change()
+                return updated
+        raise Conflict(
+            "the destination is being changed concurrently; retry", code="concurrent_update"
+        )
+
+    async def update(self, tenant_id: str, dest_id: str, body: Mapping[str, Any]) -> Destination:
+        current = await self.get(tenant_id, dest_id)
+        if "type" in body and body["type"] is not None:
+            requested = _str_field(body, "type", required=False)
+            if requested is not None and self.registry.canonical(requested) != current.type:
+                raise ValidationError(
+                    "the type of a destination cannot change; create a new one",
+                    field="type",
+                    code="type_immutable",
+                )
+        self._known_keys(body, current.type, ("status",))
+        name = _name(body)
+        events = _events(body, required=False)
+        status_raw = _str_field(body, "status", required=False)
+        _, raw = self._type_object(body, current.type)
+        if raw is not None:
+            # A credential echoed back as shown ("********") means "unchanged".
+            secret_names = self.registry.get(current.type).config_model.sensitive_fields()
+            raw = {k: v for k, v in raw.items() if not (k in secret_names and v == MASK)}
+
+        async def change(dest: Destination) -> tuple[Destination, bool]:
+            changes: dict[str, Any] = {}
+            reverify = False
+            if name is not None:
+                changes["name"] = name
+            if events is not None:
+                changes["events"] = events
+            if raw is not None:
+                old = self.registry.parse_config(dest.type, self._merged(dest))
+                merged = {**self._merged(dest), **raw}
+                config = self.registry.parse_config(
+                    dest.type, {k: v for k, v in merged.items() if v is not None}
+                )
+                if config.target() != old.target():
+                    await self.registry.get(dest.type).check(config)
+                    changes["status"] = DestinationStatus.PENDING_VERIFICATION
+                    reverify = True
+                plain, secrets = config.split()
+                keep = {k: v for k, v in dest.config.items() if k.startswith("_")}
+                keep_secrets = {k: v for k, v in dest.secrets.items() if k.startswith("_")}
+                changes["config"] = {**plain, **keep}
+                changes["secrets"] = {**secrets, **keep_secrets}
+            if status_raw is not None:
+                changes["status"] = self._status_change(dest, status_raw, changes.get("status"))
+            return replace(dest, **changes), reverify
+
+        return await self._write(tenant_id, dest_id, change)
+
+    def _merged(self, dest: Destination) -> dict[str, Any]:
+        raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}
+        raw.update({k: v for k, v in dest.secrets.items() if not k.startswith("_")})
+        return raw
+
+    @staticmethod
+    def _status_change(
+        dest: Destination, value: str, implied: DestinationStatus | None
+    ) -> DestinationStatus:
+        if value not in (DestinationStatus.ACTIVE, DestinationStatus.INACTIVE):
+            raise ValidationError(
+                "status can be set to 'active' or 'inactive'", field="status", code="status_invalid"
+            )
+        wanted = DestinationStatus(value)
+        current = implied or dest.status
+        # Status toggles only between active and inactive (spec 001). A destination
+        # awaiting verification leaves that state only through a successful ping;
+        # otherwise inactive → active would activate a target nobody verified.
+        if current is DestinationStatus.PENDING_VERIFICATION:
+            raise Conflict(
+                "the destination is pending verification; it becomes active on its first"
+                " successful verification (POST …/verify to send another), and its status"
+                " can be toggled after that",
+                field="status",
+                code="destination_not_verified",
+            )
+        return wanted
+
+    async def delete(self, tenant_id: str, dest_id: str) -> Destination:
+        dest = await self.get(tenant_id, dest_id)
+        now = time.time()
+        if not await self.store.delete_destination(tenant_id, dest_id, now=now):
+            raise NotFound(f"no event destination {dest_id}", code="destination_not_found")
+        self._on_change()
+        return replace(dest, deleted_at=now, updated_at=now)
+
+    async def verify(self, tenant_id: str, dest_id: str) -> Destination:
+        """Send a fresh verification ping on the full retry schedule."""
+
+        async def change(dest: Destination) -> tuple[Destination, bool]:
+            return dest, True
+
+        return await self._write(tenant_id, dest_id, change)
+
+    async def rotate_secret(
+        self, tenant_id: str, dest_id: str, new_secret: str | None = None
+    ) -> tuple[Destination, str]:
+        """Install a new webhook secret; the previous one keeps signing for 24 h."""
+        dest = await self.get(tenant_id, dest_id)
+        if dest.type != "webhook":
+            raise Conflict(
+                "only webhook destinations have a signing secret", code="secret_not_supported"
+            )
+        if new_secret is None:
+            new_secret = generate_secret()
+        else:
+            try:
+                parse_secret(new_secret)
+            except ValidationError as exc:
+                raise ValidationError(exc.message, field="secret", code="secret_invalid") from exc
+        secret = new_secret
+
+        async def change(dest: Destination) -> tuple[Destination, bool]:
+            now = time.time()
+            secrets = {k: v for k, v in dest.secrets.items() if k != "_previous_secret"}
+            config = {k: v for k, v in dest.config.items() if k != "_previous_secret_until"}
+            if old := dest.secrets.get("secret"):
+                secrets["_previous_secret"] = old
+                config["_previous_secret_until"] = now + ROTATION_WINDOW_SECONDS
+            secrets["secret"] = secret
+            return replace(dest, secrets=secrets, config=config), False
+
+        return await self._write(tenant_id, dest_id, change), secret
+
+    async def test(self, tenant_id: str, dest_id: str) -> Delivery:
+        """Send ``test.ping`` once, no retry, to an active destination; return the delivery."""
+        dest = await self.get(tenant_id, dest_id)
+        if dest.status is not DestinationStatus.ACTIVE:
+            raise Conflict(
+                f"test events go only to active destinations; this one is {dest.status.value}",
+                code="destination_not_active",
+            )
+        now = time.time()
+        event = Event(
+            id=new_id("evt_"),
+            tenant_id=tenant_id,
+            type=TEST_EVENT_TYPE,
+            created_at=format_epoch(now),
+            created_ts=now,
+            data=b'{"ok":true}',
+        )
+        new = NewDelivery(
+            id=new_id("dlv_"),
+            tenant_id=tenant_id,
+            event_id=event.id,
+            event_type=event.type,
+            destination_id=dest.id,
+            kind=DeliveryKind.TEST,
+            max_attempts=1,
+            next_attempt_at=None,
+            held=False,
+            created_at=now,
+        )
+        await self.store.insert_deliveries([event], [new])
+        await self.catalog.refresh()
+        if self.catalog.get(dest.id) is None:
+            await self.catalog.refresh(force=True)
+        dispatcher = self._dispatcher or Dispatcher(
+            self.store, self.catalog, self.policy, _limits_for_one(), owner="test"
+        )
+        item = DueDelivery(new.id, dest.id, DeliveryKind.TEST, 0, 1, event)
+        record, _ = await dispatcher.attempt(item)
+        await self.store.record_attempts([record])
+        delivery = await self.store.get_delivery(tenant_id, new.id, with_attempts=True)
+        assert delivery is not None
+        return delivery
+
+    # --- deliveries ---------------------------------------------------------
+    async def list_deliveries(
+        self, flt: DeliveryFilter, *, before_id: str | None = None, limit: int = 20
+    ) -> tuple[list[Delivery], bool]:
+        rows = await self.store.list_deliveries(flt, before_id=before_id, limit=limit + 1)
+        return rows[:limit], len(rows) > limit
+
+    async def get_delivery(self, tenant_id: str | None, delivery_id: str) -> Delivery:
+        delivery = await self.store.get_delivery(tenant_id, delivery_id, with_attempts=True)
+        if delivery is None:
+            raise NotFound(f"no event delivery {delivery_id}", code="delivery_not_found")
+        return delivery
+
+    async def retry(self, tenant_id: str | None, delivery_id: str) -> Delivery:
+        """Re-queue one delivery now (a finished one gets a fresh cycle of attempts)."""
+        delivery = await self.get_delivery(tenant_id, delivery_id)
+        if delivery.kind is not DeliveryKind.EVENT:
+            raise Conflict(
+                f"{delivery.kind.value} deliveries cannot be retried", code="delivery_not_retryable"
+            )
+        dest = await self.store.get_destination(tenant_id, delivery.destination_id)
+        if dest is None or dest.deleted:
+            raise Conflict("the destination was deleted", code="destination_deleted")
+        await self.store.requeue(
+            [delivery_id], now=time.time(), max_retries=self.policy.max_retries
+        )
+        self._on_change()
+        return await self.get_delivery(tenant_id, delivery_id)
+
+    async def replay(
+        self,
+        flt: DeliveryFilter,
+        *,
+        dry_run: bool = False,
+        sample_size: int = 5,
+        rate_per_second: float | None = None,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+    ) -> ReplayResult:
+        """Re-queue every delivery matching ``flt``, in batches; ``dry_run`` only counts.
+
+        With ``rate_per_second``, re-queued deliveries become due in one-second
+        steps of that many, so a large replay never floods a recovering endpoint.
+        """
+        total = await self.store.count_deliveries(flt)
+        sample, _ = await self.list_deliveries(flt, limit=sample_size)
+        if dry_run or total == 0:
+            return ReplayResult(total, 0, sample, dry_run)
+        step = max(int(rate_per_second), 1) if rate_per_second else None
+        requeued = 0
+        seen = 0
+        before: str | None = None
+        started = time.time()
+        while True:
+            batch = await self.store.list_deliveries(flt, before_id=before, limit=REPLAY_BATCH)
+            if not batch:
+                break
+            # Deliveries created after the replay began are not part of it.
+            ids = [d.id for d in batch if d.created_at <= started]
+            chunks = (
+                [ids] if step is None else [ids[i : i + step] for i in range(0, len(ids), step)]
+            )
+            for chunk in chunks:
+                due = time.time() if step is None else started + requeued // step
+                requeued += await self.store.requeue(
+                    chunk, now=due, max_retries=self.policy.max_retries
+                )
+            seen += len(batch)
+            before = batch[-1].id
+            progress(min(seen, total), total)
+            self._on_change()
+        return ReplayResult(total, requeued, sample, dry_run)
+
+    # --- events -------------------------------------------------------------
+    async def publish(
+        self,
+        tenant_id: str,
+        type: str,
+        data: Any,
+        *,
+        event_id: str | None = None,
+        created_at: str | None = None,
+    ) -> Event:
+        """Write one event into the outbox (for producers that cannot write it themselves)."""
+        try:
+            validate_event_type(type)
+        except ValueError as exc:
+            raise ValidationError(str(exc), field="type", code="event_type_invalid") from exc
+        if not isinstance(data, dict):
+            raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
+        if event_id is None:
+            event_id = new_id("evt_")
+        elif not event_id.startswith("evt_") or len(event_id) <= 4 or len(event_id) > 255:
+            raise ValidationError("id must start with 'evt_'", field="id", code="event_id_invalid")
+        now = time.time()
+        if created_at is None:
+            instant_text, instant_ts = format_epoch(now), now
+        else:
+            try:
+                instant = parse_timestamp(created_at)
+            except ValueError as exc:
+                raise ValidationError(
+                    str(exc), field="created_at", code="timestamp_invalid"
+                ) from exc
+            instant_text, instant_ts = instant.text, instant.epoch
+        payload = orjson.dumps(data)
+        await self.store.insert_outbox(
+            id=event_id, tenant_id=tenant_id, type=type, data=payload, created_at=instant_text
+        )
+        self._on_change()
+        return Event(event_id, tenant_id, type, instant_text, instant_ts, payload)
+
+    async def get_event(self, tenant_id: str, event_id: str) -> Event:
+        event = await self.store.get_event(tenant_id, event_id)
+        if event is None:
+            # Published but not yet relayed: it exists for the caller already.
+            event = await self.store.get_outbox_event(tenant_id, event_id)
+        if event is None:
+            # The relay moves an event out of the outbox and into the events in one
+            # transaction; if it did so between the two reads above, it is there now.
+            event = await self.store.get_event(tenant_id, event_id)
+        if event is None:
+            raise NotFound(f"no event {event_id}", code="event_not_found")
+        return event
+
+
+def _limits_for_one() -> Any:
+    from herald.dispatch import Limits
+
+    return Limits(max_concurrency=1, max_per_destination=1, claim_batch=1)
+
+
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]

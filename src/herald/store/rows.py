@@ -1,0 +1,162 @@
+"""Row layouts and mappers shared by the SQL backends (same columns in both)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from herald.crypto import SecretBox
+from herald.errors import CryptoError
+from herald.model import (
+    Attempt,
+    Delivery,
+    DeliveryKind,
+    DeliveryStatus,
+    Destination,
+    DestinationStatus,
+    Event,
+    Instance,
+    Outcome,
+)
+
+DELIVERY_COLUMNS = (
+    "d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,"
+    " d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,"
+    " a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,"
+    " a.response_excerpt"
+)
+ATTEMPT_COLUMNS = (
+    "id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,"
+    " response_excerpt"
+)
+DESTINATION_COLUMNS = (
+    "id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at, deleted_at"
+)
+EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data"
+
+
+def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:
+    secrets: dict[str, str] = {}
+    if row[5]:
+        secrets = orjson.loads(box.decrypt(row[5], aad=row[0].encode()))
+    return Destination(
+        id=row[0],
+        tenant_id=row[1],
+        name=row[2],
+        type=row[3],
+        config=orjson.loads(row[4]),
+        secrets=secrets,
+        events=tuple(orjson.loads(row[6])),
+        status=DestinationStatus(row[7]),
+        created_at=row[8],
+        updated_at=row[9],
+        deleted_at=row[10],
+    )
+
+
+def reencrypt_rows(rows: Sequence[Sequence[Any]], box: SecretBox) -> list[tuple[str, str]]:
+    """``(new token, id)`` for each ``(id, secrets)`` row not yet under the box's current key."""
+    changed: list[tuple[str, str]] = []
+    for dest_id, token in rows:
+        if not token:
+            continue
+        try:
+            new = box.reencrypt(token, aad=dest_id.encode())
+        except CryptoError as exc:
+            raise CryptoError(f"destination {dest_id}: {exc.message}") from None
+        if new is not None:
+            changed.append((new, dest_id))
+    return changed
+
+
+def destination_to_row(dest: Destination, box: SecretBox) -> tuple[Any, ...]:
+    secrets = None
+    if dest.secrets:
+        secrets = box.encrypt(orjson.dumps(dest.secrets), aad=dest.id.encode())
+    return (
+        dest.id,
+        dest.tenant_id,
+        dest.name,
+        dest.type,
+        orjson.dumps(dest.config).decode(),
+        secrets,
+        orjson.dumps(list(dest.events)).decode(),
+        dest.status.value,
+        dest.created_at,
+        dest.updated_at,
+        dest.deleted_at,
+    )
+
+
+def event_from_row(row: Sequence[Any]) -> Event:
+    return Event(
+        id=row[0],
+        tenant_id=row[1],
+        type=row[2],
+        created_at=row[3],
+        created_ts=row[4],
+        data=row[5].encode(),
+    )
+
+
+def attempt_to_row(a: Attempt) -> tuple[Any, ...]:
+    return (
+        a.id,
+        a.delivery_id,
+        a.number,
+        a.started_at,
+        a.duration_ms,
+        a.outcome.value,
+        a.response_status,
+        a.error,
+        a.response_excerpt,
+    )
+
+
+def attempt_from_row(row: Sequence[Any]) -> Attempt:
+    return Attempt(
+        id=row[0],
+        delivery_id=row[1],
+        number=row[2],
+        started_at=row[3],
+        duration_ms=row[4],
+        outcome=Outcome(row[5]),
+        response_status=row[6],
+        error=row[7],
+        response_excerpt=row[8],
+    )
+
+
+def delivery_from_row(row: Sequence[Any]) -> Delivery:
+    last = None
+    if row[13] is not None:
+        last = attempt_from_row((row[13], row[0], *row[14:21]))
+    return Delivery(
+        id=row[0],
+        tenant_id=row[1],
+        event_id=row[2],
+        event_type=row[3],
+        destination_id=row[4],
+        kind=DeliveryKind(row[5]),
+        status=DeliveryStatus(row[6]),
+        attempt_count=row[7],
+        max_attempts=row[8],
+        next_attempt_at=row[9],
+        held=bool(row[10]),
+        created_at=row[11],
+        updated_at=row[12],
+        last_attempt=last,
+    )
+
+
+INSTANCE_COLUMNS = "id, hostname, pid, version, started_at, heartbeat_at"
+
+
+def instance_to_row(i: Instance, *, heartbeat_at: float) -> tuple[Any, ...]:
+    return (i.id, i.hostname, i.pid, i.version, i.started_at, heartbeat_at)
+
+
+def instance_from_row(row: Sequence[Any]) -> Instance:
+    return Instance(row[0], row[1], int(row[2]), row[3], float(row[4]), float(row[5]))

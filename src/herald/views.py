@@ -1,0 +1,94 @@
+"""The JSON representations the API and the CLI's ``--json`` share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from herald.adapters.base import MASK
+from herald.adapters.registry import Registry
+from herald.model import Attempt, Delivery, Destination, Event
+from herald.timeutil import format_epoch
+
+
+def _ts(value: float | None) -> str | None:
+    return None if value is None else format_epoch(value)
+
+
+def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
+    type_config: dict[str, Any] = {k: v for k, v in dest.config.items() if not k.startswith("_")}
+    for name in dest.secrets:
+        if not name.startswith("_"):
+            type_config[name] = MASK
+    view: dict[str, Any] = {
+        "id": dest.id,
+        "object": "event_destination",
+        "name": dest.name,
+        "type": dest.type,
+        dest.type: type_config,
+        "events": list(dest.events),
+        "status": dest.status.value,
+        "created_at": _ts(dest.created_at),
+        "updated_at": _ts(dest.updated_at),
+    }
+    if dest.deleted_at is not None:
+        view["deleted"] = True
+        view["deleted_at"] = _ts(dest.deleted_at)
+    return view
+
+
+def attempt_view(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "object": "event_delivery_attempt",
+        "number": a.number,
+        "started_at": _ts(a.started_at),
+        "duration_ms": round(a.duration_ms),
+        "outcome": a.outcome.value,
+        "response_status": a.response_status,
+        "error": a.error,
+        "response_excerpt": a.response_excerpt,
+    }
+
+
+def delivery_view(d: Delivery, *, with_attempts: bool = False) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": d.id,
+        "object": "event_delivery",
+        "event_id": d.event_id,
+        "event_type": d.event_type,
+        "destination_id": d.destination_id,
+        "status": d.status.value,
+        "attempt_count": d.attempt_count,
+        "next_attempt_at": _ts(d.next_attempt_at) if d.status.value == "pending" else None,
+        "held": d.held,
+        "created_at": _ts(d.created_at),
+        "updated_at": _ts(d.updated_at),
+        "last_attempt": attempt_view(d.last_attempt) if d.last_attempt else None,
+    }
+    if with_attempts:
+        view["attempts"] = [attempt_view(a) for a in d.attempts]
+    return view
+
+
+def event_view(e: Event) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "object": "event",
+        "type": e.type,
+        "created_at": e.created_at,
+        "data": orjson.loads(e.data),
+    }
+
+
+def list_view(
+    data: list[dict[str, Any]], *, has_more: bool, next_cursor: str | None, request_id: str
+) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": has_more,
+        "next_cursor": next_cursor,
+        "request_id": request_id,
+    }

@@ -1,0 +1,352 @@
+"""Attempt processes: the network half of delivery on more than one core.
+
+One Python process makes attempts on one core. With ``delivery.worker_processes``
+above 1, ``herald run`` starts that many ``herald worker`` children and hands them
+the attempts themselves: signing, the request, the response. Everything that
+touches the database stays in the parent — the relay, the claims, the attempt
+records, the API — so one process writes the database (SQLite gets no cross-process
+lock contention) and the limits (``max_concurrency``, ``max_per_destination``) are
+enforced where the claims are made, exactly as with one process.
+
+Parent and child talk over the child's stdin and stdout, one JSON object per line:
+
+- parent → child: ``{"op": "attempt", ...}`` (a claimed delivery and its event), or
+  ``{"op": "changed"}`` (destinations changed: reload them). End of input: the
+  child finishes what it has, answers, and exits.
+- child → parent: first ``{"op":"ready"}`` once loaded (``herald run`` waits for
+  every child before it serves), then ``{"id": delivery id, "type": ...,
+  "attempt": ..., "status": ...}``, each attempt's record, which the parent stores
+  with the others of its batch.
+
+The children read the destinations (configs, decrypted secrets) from the database
+themselves, as the parent does. A child that dies stops the instance (exit 1), as
+any dead component does; its claimed deliveries come back with their leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from herald.config import Settings
+from herald.dispatch import AttemptDone, Dispatcher, Limits
+from herald.gctune import settle_after_startup
+from herald.model import (
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Event,
+)
+from herald.store.rows import attempt_from_row, attempt_to_row
+
+log = structlog.get_logger("herald.workers")
+
+LINE_LIMIT = 1 << 26  # an event of up to relay.max_payload_bytes, and then some
+CATALOG_POLL_SECONDS = 1.0
+READY = b'{"op":"ready"}\n'
+"""A child's first line: loaded, catalog read, ready for attempts."""
+START_TIMEOUT_SECONDS = 60.0
+
+
+# --- the wire format ------------------------------------------------------------------------
+def encode_item(item: DueDelivery) -> bytes:
+    e = item.event
+    return orjson.dumps(
+        {
+            "op": "attempt",
+            "id": item.id,
+            "destination_id": item.destination_id,
+            "kind": item.kind.value,
+            "attempt_count": item.attempt_count,
+            "max_attempts": item.max_attempts,
+            "event": [e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data.decode()],
+        }
+    )
+
+
+def decode_item(msg: dict[str, Any]) -> DueDelivery:
+    eid, tenant, type_, created_at, created_ts, data = msg["event"]
+    event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode())
+    return DueDelivery(
+        msg["id"],
+        msg["destination_id"],
+        DeliveryKind(msg["kind"]),
+        int(msg["attempt_count"]),
+        int(msg["max_attempts"]),
+        event,
+    )
+
+
+def encode_record(record: AttemptRecord, type_id: str) -> bytes:
+    return orjson.dumps(
+        {
+            "id": record.attempt.delivery_id,
+            "type": type_id,
+            "attempt": attempt_to_row(record.attempt),
+            "status": record.status.value,
+            "next_attempt_at": record.next_attempt_at,
+            "activates": record.activates_destination,
+        }
+    )
+
+
+def decode_record(msg: dict[str, Any]) -> tuple[str, AttemptRecord, str]:
+    attempt = attempt_from_row(msg["attempt"])
+    record = AttemptRecord(
+        attempt, DeliveryStatus(msg["status"]), msg["next_attempt_at"], msg["activates"]
+    )
+    return attempt.delivery_id, record, msg["type"]
+
+
+class LineBatcher:
+    """Lines sent to one pipe in the same loop turn go out in one write (one system
+    call and one wake-up on the other side instead of one per line)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop) -> None:
+        self._writer = writer
+        self._loop = loop
+        self._lines: list[bytes] = []
+
+    def send(self, line: bytes) -> None:
+        if not self._lines:
+            self._loop.call_soon(self.flush)
+        self._lines.append(line)
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        data = b"".join(self._lines)
+        self._lines.clear()
+        if not self._writer.is_closing():
+            self._writer.write(data)
+
+
+# --- the child ----------------------------------------------------------------------------
+async def serve_worker(settings: Settings) -> int:
+    """``herald worker``: make the attempts the parent sends until its input ends."""
+    from herald.app import components
+
+    loop = asyncio.get_running_loop()
+    # The parent decides when to stop (it closes our input once its attempts are back):
+    # signals sent to the whole group (Ctrl-C, a supervisor) must not cut attempts short.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: None)
+
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, sys.stdout.buffer
+    )
+    out = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    records = LineBatcher(out, loop)
+
+    async with components(settings) as comp:
+        engine = Dispatcher(comp.store, comp.catalog, comp.policy, Limits(), owner="worker")
+        await comp.catalog.refresh(force=True)
+        settle_after_startup()
+        out.write(READY)  # the parent waits for this before it serves
+        changed = asyncio.Event()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def attempt(item: DueDelivery) -> None:
+            if comp.catalog.get(item.destination_id) is None:
+                await comp.catalog.refresh(force=True)  # created since our last reload
+            record, type_id = await engine.attempt(item)
+            records.send(encode_record(record, type_id) + b"\n")
+
+        async def follow_catalog() -> None:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), CATALOG_POLL_SECONDS)
+                changed.clear()
+                try:
+                    await comp.catalog.refresh()
+                except Exception as exc:  # the next poll retries
+                    log.warning("catalog_refresh_failed", error=repr(exc))
+
+        follower = asyncio.create_task(follow_catalog(), name="herald-worker-catalog")
+        try:
+            while line := await reader.readline():
+                msg = orjson.loads(line)
+                if msg["op"] == "changed":
+                    changed.set()
+                    continue
+                task = asyncio.create_task(attempt(decode_item(msg)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                await out.drain()  # at most the parent's in-flight limit waits to be read
+            await asyncio.gather(*tasks)
+            records.flush()
+            await out.drain()
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            out.close()
+    return 0
+
+
+# --- the parent ---------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Child:
+    index: int
+    proc: asyncio.subprocess.Process
+    input: LineBatcher = field(repr=False)
+    """The child's stdin, a line per attempt, written once per loop turn."""
+    waiting: dict[str, tuple[DueDelivery, AttemptDone]] = field(default_factory=dict)
+    """Sent and not answered yet, by delivery id."""
+    reader: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class WorkerPool:
+    """The parent's side: starts the children and sends each attempt to one of them."""
+
+    def __init__(self, settings: Settings, *, config_path: Path | None) -> None:
+        self._settings = settings
+        self._config_path = config_path
+        self._children: list[_Child] = []
+        # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self._children]
+
+    async def start(self, *, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        """Start the children and wait until each has loaded and said so: attempts
+        handed out before would wait for a child's imports (a second or so)."""
+        self._loop = asyncio.get_running_loop()
+        argv = [sys.executable, "-m", "herald", "worker"]
+        if self._config_path is not None:
+            argv += ["--config", str(self._config_path)]
+        try:
+            for index in range(1, self._settings.delivery.worker_processes + 1):
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    limit=LINE_LIMIT,
+                )
+                assert proc.stdin is not None
+                self._children.append(_Child(index, proc, LineBatcher(proc.stdin, self._loop)))
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(self._ready(c) for c in self._children))
+        except BaseException:
+            await self._kill_all()
+            raise
+        for child in self._children:
+            child.reader = asyncio.create_task(
+                self._read(child), name=f"herald-worker-{child.index}"
+            )
+        log.info("workers_started", pids=self.pids)
+
+    @staticmethod
+    async def _ready(child: _Child) -> None:
+        assert child.proc.stdout is not None
+        line = await child.proc.stdout.readline()
+        if line != READY:
+            code = await child.proc.wait() if not line else None
+            raise RuntimeError(
+                f"worker process {child.index} (pid {child.proc.pid}) did not start"
+                + (f": exited {code}" if code is not None else f": said {line[:200]!r}")
+            )
+
+    async def _kill_all(self) -> None:
+        for child in self._children:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.kill()
+            await child.proc.wait()
+
+    def submit(self, item: DueDelivery, done: AttemptDone) -> None:
+        """Have the least busy child attempt ``item``; ``done`` gets its record (later,
+        never from within this call)."""
+        children = self._children
+        child = children[0]
+        for other in children:
+            if len(other.waiting) < len(child.waiting):
+                child = other
+        assert self._loop is not None  # started
+        stdin = child.proc.stdin
+        if stdin is None or stdin.is_closing() or child.reader is None or child.reader.done():
+            gone = RuntimeError(f"worker process {child.index} is gone")
+            self._loop.call_soon(done, item, gone)
+            return
+        child.waiting[item.id] = (item, done)
+        child.input.send(encode_item(item) + b"\n")
+
+    def changed(self) -> None:
+        for child in self._children:
+            child.input.send(b'{"op":"changed"}\n')
+
+    async def _read(self, child: _Child) -> None:
+        assert child.proc.stdout is not None
+        try:
+            while line := await child.proc.stdout.readline():
+                delivery_id, record, type_id = decode_record(orjson.loads(line))
+                sent = child.waiting.pop(delivery_id, None)
+                if sent is not None:
+                    item, done = sent
+                    done(item, (record, type_id))
+        finally:
+            gone = RuntimeError(f"worker process {child.index} stopped answering")
+            unanswered, child.waiting = child.waiting, {}
+            for item, done in unanswered.values():
+                done(item, gone)
+
+    async def supervise(self) -> None:
+        """Return never; raise as soon as a child exits or stops answering."""
+        readers = {c.reader: c for c in self._children if c.reader is not None}
+        done, _ = await asyncio.wait(readers, return_when=asyncio.FIRST_COMPLETED)
+        child = readers[next(iter(done))]
+        code = await child.proc.wait()
+        raise RuntimeError(f"worker process {child.index} (pid {child.proc.pid}) exited: {code}")
+
+    async def stop(self) -> None:
+        """Close the children's input (they finish, answer and exit); wait for them."""
+        for child in self._children:
+            child.input.flush()
+            if child.proc.stdin is not None and not child.proc.stdin.is_closing():
+                child.proc.stdin.close()
+        grace = self._settings.delivery.shutdown_grace_seconds + 10
+        for child in self._children:
+            try:
+                await asyncio.wait_for(child.proc.wait(), grace)
+            except TimeoutError:
+                log.error("worker_stop_timeout", worker=child.index, pid=child.proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.kill()
+                await child.proc.wait()
+            if child.reader is not None:
+                await asyncio.gather(child.reader, return_exceptions=True)
+        log.info("workers_stopped", exit_codes=[c.proc.returncode for c in self._children])
+
+
+async def run_dispatcher(
+    dispatcher: Dispatcher, pool: WorkerPool | None, stop: asyncio.Event
+) -> None:
+    """The dispatcher's task, with its attempt processes when there are any."""
+    if pool is None:
+        await dispatcher.run(stop)
+        return
+    try:
+        engine = asyncio.create_task(dispatcher.run(stop), name="herald-dispatcher-engine")
+        watch = asyncio.create_task(pool.supervise(), name="herald-worker-supervisor")
+        await asyncio.wait([engine, watch], return_when=asyncio.FIRST_COMPLETED)
+        if watch.done():
+            stop.set()  # the instance cannot go on without the child: stop it, exit 1
+            await asyncio.gather(engine, return_exceptions=True)
+            watch.result()  # raises why
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        engine.result()
+    finally:
+        await pool.stop()

@@ -1,0 +1,201 @@
+"""Relay → dispatcher hand-off: new deliveries stored leased to this process's
+dispatcher in the relay's transaction and started without a claim query; on both
+backends, against real receivers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from herald.dispatch import Dispatcher, Room
+from herald.ids import new_id
+from herald.model import (
+    DeliveryKind,
+    DeliveryStatus,
+    DestinationStatus,
+    DueDelivery,
+    NewDelivery,
+    OutboxRow,
+    RelayPlan,
+)
+from herald.outbox import Relay
+from tests.integration.conftest import Harness, ReceiverFactory, eventually, running
+
+
+def relay_for(h: Harness, dispatcher: Dispatcher, *, batch_size: int = 500) -> Relay:
+    return Relay(
+        h.store,
+        h.catalog,
+        h.policy,
+        batch_size=batch_size,
+        poll_interval=0.01,
+        max_payload_bytes=h.settings.relay.max_payload_bytes,
+        handoff=dispatcher,
+    )
+
+
+class CountingClaims:
+    """Wraps the store's claim query and counts the deliveries it returns."""
+
+    def __init__(self, h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.claimed: list[str] = []
+        original = h.store.claim_due
+
+        async def claim_due(**kwargs: Any) -> list[DueDelivery]:
+            due = await original(**kwargs)
+            self.claimed.extend(d.id for d in due)
+            return due
+
+        monkeypatch.setattr(h.store, "claim_due", claim_due)
+
+
+def test_room_takes_up_to_the_free_slots_and_the_per_destination_cap() -> None:
+    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2)
+    assert not room.take("busy")  # at the cap already
+    assert [room.take("a"), room.take("a"), room.take("a")] == [True, True, False]  # cap
+    assert room.take("b")
+    assert not room.take("c")  # no free slot left
+    assert room.outstanding == {"busy": 2, "a": 2, "b": 1}
+
+
+async def test_relayed_deliveries_are_attempted_without_a_claim(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url, events=["order.*"])
+    claims = CountingClaims(h, monkeypatch)
+    dispatcher = h.dispatcher(owner="it-handoff")
+    relay = relay_for(h, dispatcher)
+    async with running(dispatcher):
+        await eventually(lambda: _true(dispatcher.room() is not None), what="dispatcher up")
+        ids = h.produce_many("order.created", [{"i": i} for i in range(50)])
+        assert await relay.run_once() == 50
+        # Stored leased to the dispatcher, in the relay's transaction.
+        owners = h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries WHERE kind = 'event'")
+        assert owners in ([("it-handoff",)], [(None,)])  # None: some already recorded
+
+        async def all_done() -> bool:
+            done = await h.deliveries(status=DeliveryStatus.SUCCESS)
+            return len(done) == 50
+
+        await eventually(all_done, what="50 successes")
+    assert sorted(r.event_id for r in rx.received) == sorted(ids)
+    assert claims.claimed == []
+    for d in await h.deliveries():
+        assert (d.status, d.attempt_count) == (DeliveryStatus.SUCCESS, 1)
+    assert h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [(None,)]
+
+
+async def test_no_hand_off_beyond_the_room_or_to_held_destinations(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five slots: five deliveries go over leased, the rest wait for a claim; a held
+    (inactive) destination's deliveries are stored held, never leased."""
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url, events=["order.*"])
+    inactive = await h.add_webhook(
+        rx.url, events=["order.*"], status=DestinationStatus.INACTIVE, name="off"
+    )
+    claims = CountingClaims(h, monkeypatch)
+    dispatcher = h.dispatcher(owner="it-small", max_concurrency=1, max_per_destination=1)
+    dispatcher._accepting = True  # as while it runs; not started, so nothing is attempted
+    monkeypatch.setattr(dispatcher, "_free", lambda: 5)
+    adopted: list[DueDelivery] = []
+
+    def adopt(due: list[DueDelivery]) -> bool:
+        adopted.extend(due)
+        return True
+
+    monkeypatch.setattr(dispatcher, "adopt", adopt)
+    relay = relay_for(h, dispatcher)
+    h.produce_many("order.created", [{"i": i} for i in range(20)])
+    assert await relay.run_once() == 20
+    assert len(adopted) == 5
+    assert {d.event.type for d in adopted} == {"order.created"}
+    leased = h.rows("SELECT id FROM herald_deliveries WHERE lease_owner = 'it-small'")
+    assert sorted(r[0] for r in leased) == sorted(d.id for d in adopted)
+    held = h.rows(
+        "SELECT held, lease_owner FROM herald_deliveries WHERE destination_id = ?", (inactive.id,)
+    )
+    assert len(held) == 20
+    assert set(held) == {(1, None)}
+    # The other fifteen are due now for any claim.
+    now = time.time()
+    due = await h.store.claim_due(now=now, limit=100, owner="other", lease_until=now + 60)
+    assert len(due) == 15
+    assert not {d.id for d in due} & {d.id for d in adopted}
+    assert len(claims.claimed) == 15
+
+
+async def test_a_stopped_dispatcher_gets_nothing_leased(
+    harness: Harness, receivers: ReceiverFactory
+) -> None:
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url, events=["order.*"])
+    dispatcher = h.dispatcher(owner="it-stopped")
+    assert dispatcher.room() is None
+    assert dispatcher.adopt([]) is False
+    relay = relay_for(h, dispatcher)
+    h.produce_many("order.created", [{"i": 1}])
+    assert await relay.run_once() == 1
+    assert h.rows("SELECT lease_owner FROM herald_deliveries") == [(None,)]
+
+
+async def test_the_store_unleases_what_the_committed_status_holds(harness: Harness) -> None:
+    """A plan made from a catalog that saw the destination active while the database
+    holds it (changed after the version check): stored held, unleased, due now; a
+    delivery to a destination deleted meanwhile is not stored at all."""
+    h = harness
+    off = await h.add_webhook("http://127.0.0.1:9/off", status=DestinationStatus.INACTIVE)
+    gone = await h.add_webhook("http://127.0.0.1:9/gone", name="gone")
+    on = await h.add_webhook("http://127.0.0.1:9/on", name="on")
+    assert await h.store.delete_destination("default", gone.id, now=time.time())
+    h.produce_many("order.created", [{"i": 1}])
+    lease_until = time.time() + 300
+    ids = {name: new_id("dlv_") for name in ("off", "gone", "on")}
+
+    def process(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+        plan = h.relay.process(rows, existing)
+        [event] = plan.events
+        plan.deliveries = [
+            NewDelivery(
+                id=ids[name],
+                tenant_id=event.tenant_id,
+                event_id=event.id,
+                event_type=event.type,
+                destination_id=dest.id,
+                kind=DeliveryKind.EVENT,
+                max_attempts=11,
+                next_attempt_at=lease_until,
+                held=False,  # what a stale catalog would say
+                created_at=time.time(),
+                lease_owner="it-stale",
+            )
+            for name, dest in (("off", off), ("gone", gone), ("on", on))
+        ]
+        return plan
+
+    before = time.time()
+    plan, count = await h.store.relay(10, process)
+    assert count == 1
+    assert plan.leased == [ids["on"]]
+    rows = {
+        r[0]: r[1:]
+        for r in h.rows("SELECT id, held, lease_owner, next_attempt_at FROM herald_deliveries")
+    }
+    assert set(rows) == {ids["off"], ids["on"]}
+    held, owner, next_at = rows[ids["off"]]
+    assert (held, owner) == (1, None)
+    assert before <= next_at <= time.time()
+    assert rows[ids["on"]] == (0, "it-stale", pytest.approx(lease_until))
+
+
+async def _true(value: bool) -> bool:
+    await asyncio.sleep(0)
+    return value

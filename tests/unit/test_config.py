@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from herald import config
+from herald.config import Settings, load_settings, masked
+from herald.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.upper().startswith("HERALD_"):
+            monkeypatch.delenv(key)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "herald.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_match_the_design() -> None:
+    s = load_settings()
+    assert s.database.url == "sqlite:///./herald.db"
+    assert s.api.listen == "127.0.0.1:8080"
+    assert s.delivery.backoff_base_seconds == 30
+    assert s.delivery.max_retries == 10
+    assert s.delivery.webhook_timeout_seconds == 5
+    assert s.security.allow_private_networks is False
+    assert (s.log.level, s.log.format) == ("info", "auto")
+
+
+def test_example_config_documents_every_key_with_its_default() -> None:
+    example = tomllib.loads((ROOT / "config.example.toml").read_text())
+    defaults = Settings().model_dump(mode="json")
+    for section, fields in defaults.items():
+        for key, value in fields.items():
+            text = (ROOT / "config.example.toml").read_text()
+            assert f"{key} =" in text or f"# {key} =" in text, f"{section}.{key} undocumented"
+            if (section, key) == ("delivery", "worker_processes"):
+                assert example[section][key] == "auto"  # resolved per machine, below
+            elif key in example.get(section, {}):
+                assert example[section][key] == value, f"{section}.{key} default differs"
+    assert load_settings(ROOT / "config.example.toml") == Settings()
+
+
+def test_file_then_environment_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[delivery]\nbackoff_base_seconds = 0.01\nmax_retries = 3\n")
+    monkeypatch.setenv("HERALD_DELIVERY__MAX_RETRIES", "5")
+    monkeypatch.setenv("HERALD_DATABASE__URL", "sqlite:////var/lib/herald/h.db")
+    s = load_settings(path)
+    assert s.delivery.backoff_base_seconds == 0.01
+    assert s.delivery.max_retries == 5
+    assert s.database.sqlite_path == Path("/var/lib/herald/h.db")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[delivery]\nmax_retries = 'ten'\n", "delivery.max_retries"),
+        ("[delivery]\nmax_retriez = 3\n", "delivery.max_retriez: unknown key"),
+        ("[nonsense]\na = 1\n", "nonsense: unknown key"),
+        ("[database]\nurl = 'mysql://x'\n", "database.url"),
+        ("[api]\nlisten = 'localhost'\n", "api.listen"),
+        ("[delivery]\nbackoff_base_seconds = 0\n", "delivery.backoff_base_seconds"),
+        ("[security]\nallowed_networks = ['10.0.0.0/33']\n", "security.allowed_networks"),
+        ("[log]\nformat = 'xml'\n", "log.format"),
+        ("[delivery]\nwebhook_proxy = 'socks5://x:1'\n", "delivery.webhook_proxy"),
+        ("[delivery]\nwebhook_source_addresses = ['not-an-ip']\n", "delivery.webhook_source_"),
+        ("[delivery\n", "not valid TOML"),
+        (
+            "[delivery]\nheartbeat_seconds = 10\ninstance_timeout_seconds = 15\n",
+            "delivery: instance_timeout_seconds (15) must be at least twice heartbeat_seconds",
+        ),
+        ("[delivery]\nheartbeat_seconds = 0\n", "delivery.heartbeat_seconds"),
+        ("[delivery]\nworker_processes = 'many'\n", "delivery.worker_processes"),
+        ("[delivery]\nworker_processes = 0\n", "delivery.worker_processes"),
+    ],
+)
+def test_invalid_config_names_the_key(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert needle in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_invalid_environment_value_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERALD_DELIVERY__WEBHOOK_TIMEOUT_SECONDS", "soon")
+    with pytest.raises(ConfigError, match=r"delivery\.webhook_timeout_seconds"):
+        load_settings()
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_masked_hides_the_encryption_keys(tmp_path: Path) -> None:
+    current = "Y3VycmVudC1rZXktb2YtZXhhY3RseS0zMi1ieXRlcyE="
+    old = "cHJldmlvdXMta2V5LW9mLWV4YWN0bHktMzItYnl0ZSE="
+    s = load_settings(
+        write(
+            tmp_path,
+            f'[security]\nencryption_key = "{current}"\nprevious_encryption_keys = ["{old}"]\n',
+        )
+    )
+    out = masked(s)
+    assert out["security"]["encryption_key"] == "********"
+    assert out["security"]["previous_encryption_keys"] == ["********"]
+    assert current not in repr(out)
+    assert old not in repr(out)
+
+
+def test_key_file_sits_beside_the_sqlite_database(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[database]\nurl = "sqlite:///{tmp_path}/x/h.db"\n')
+    assert load_settings(path).key_file() == tmp_path / "x" / "h.db.key"
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(1, 1), (2, 2), (3, 3), (4, 4), (64, 4)])
+def test_worker_processes_auto_follows_the_usable_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr("herald.config.CGROUP_ROOT", tmp_path / "no-cgroup")
+    assert load_settings().delivery.worker_processes == expected  # the default is auto
+    assert load_settings(write(tmp_path, "[delivery]\nworker_processes = 'auto'\n")) == (
+        load_settings()
+    )
+    monkeypatch.setenv("HERALD_DELIVERY__WORKER_PROCESSES", "AUTO")
+    assert load_settings().delivery.worker_processes == expected
+    monkeypatch.setenv("HERALD_DELIVERY__WORKER_PROCESSES", "3")
+    assert load_settings().delivery.worker_processes == 3
+
+
+@pytest.mark.parametrize(
+    ("files", "limit", "workers"),
+    [
+        ({"cpu.max": "max 100000\n"}, None, 4),  # v2, no quota
+        ({"cpu.max": "100000 100000\n"}, 1.0, 1),  # a Kubernetes limit of "1"
+        ({"cpu.max": "250000 100000\n"}, 2.5, 2),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None, 4),
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0, 3),
+        ({"cpu.max": "garbage"}, None, 4),
+        ({}, None, 4),
+    ],
+)
+def test_worker_processes_auto_respects_the_cgroup_cpu_quota(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str],
+    limit: float | None,
+    workers: int,
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert config.cgroup_cpu_limit(tmp_path) == limit
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.setattr("herald.config.CGROUP_ROOT", tmp_path)
+    assert load_settings().delivery.worker_processes == workers

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+
+from herald.model import OutboxRow
+from herald.outbox import Reject, parse_row
+
+
+def row(**kw: bytes | None) -> OutboxRow:
+    base: dict[str, bytes | None] = {
+        "id": b"evt_1",
+        "tenant_id": b"default",
+        "type": b"task_run.completed",
+        "data": b'{"task_run_id": "trun_1", "status": "completed"}',
+        "created_at": b"2026-11-22 10:00:00.123",
+    }
+    base.update(kw)
+    return OutboxRow(seq=1, **base)
+
+
+def test_good_row_becomes_a_normalized_event() -> None:
+    event = parse_row(row(), max_payload_bytes=1024)
+    assert event.id == "evt_1"
+    assert event.type == "task_run.completed"
+    assert event.created_at == "2026-11-22T10:00:00.123Z"
+    assert event.data == b'{"task_run_id": "trun_1", "status": "completed"}'
+    assert event.envelope() == (
+        b'{"id":"evt_1","type":"task_run.completed","created_at":"2026-11-22T10:00:00.123Z",'
+        b'"data":{"task_run_id": "trun_1", "status": "completed"}}'
+    )
+
+
+def test_payload_goes_out_as_the_producer_wrote_it() -> None:
+    big = b' {"n": 123456789012345678901234567890, "f": 1.10} \n'
+    event = parse_row(row(data=big), max_payload_bytes=1024)
+    assert event.data == b'{"n": 123456789012345678901234567890, "f": 1.10}'
+
+
+def test_offset_timestamps_are_converted_to_utc() -> None:
+    event = parse_row(row(created_at=b"2026-11-22T12:00:00.5+02:00"), max_payload_bytes=1024)
+    assert event.created_at == "2026-11-22T10:00:00.5Z"
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"data": b"{not json"}, "invalid_json"),
+        ({"data": b"[1, 2]"}, "invalid_data"),
+        ({"data": b'"text"'}, "invalid_data"),
+        ({"data": b"\xff\xfe{}"}, "invalid_json"),
+        ({"data": b'{"a": "\x00"}'}, "invalid_json"),
+        ({"data": None}, "missing_data"),
+        ({"type": b""}, "invalid_type"),
+        ({"type": b"Bad Type"}, "invalid_type"),
+        ({"id": b"123"}, "invalid_id"),
+        ({"id": b"evt_"}, "invalid_id"),
+        ({"id": b"evt_\xff"}, "invalid_id"),
+        ({"id": b"evt_a\x00b"}, "invalid_id"),
+        ({"tenant_id": b""}, "invalid_tenant_id"),
+        ({"created_at": b"yesterday"}, "invalid_created_at"),
+        ({"created_at": b"2026-02-30T00:00:00Z"}, "invalid_created_at"),
+        ({"data": b'{"x": "' + b"a" * 2000 + b'"}'}, "payload_too_large"),
+    ],
+)
+def test_poison_rows_are_rejected_with_a_coded_reason(
+    fields: dict[str, bytes | None], code: str
+) -> None:
+    with pytest.raises(Reject) as info:
+        parse_row(row(**fields), max_payload_bytes=1024)
+    assert info.value.code == code
+    assert str(info.value).startswith(code + ": ")
+
+
+def test_deeply_nested_json_is_rejected_not_crashing() -> None:
+    deep = b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(Reject) as info:
+        parse_row(row(data=deep), max_payload_bytes=1 << 20)
+    assert info.value.code == "invalid_json"

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from herald.retry import RetryPolicy
+
+
+def test_default_schedule_is_30s_doubling_ten_times() -> None:
+    policy = RetryPolicy()
+    assert policy.schedule() == [30, 60, 120, 240, 480, 960, 1920, 3840, 7680, 15360]
+    assert policy.max_attempts == 11
+
+
+def test_next_attempt_follows_schedule_then_exhausts() -> None:
+    policy = RetryPolicy(base_seconds=30, max_retries=10)
+    times = []
+    for failed in range(1, 12):
+        times.append(policy.next_attempt_at(failed_attempt=failed, max_attempts=11, now=1000.0))
+    assert times[:10] == [1000.0 + 30 * 2 ** (k - 1) for k in range(1, 11)]
+    assert times[10] is None
+
+
+def test_shrunken_base_keeps_the_shape() -> None:
+    policy = RetryPolicy(base_seconds=0.01, max_retries=3)
+    assert policy.schedule() == pytest.approx([0.01, 0.02, 0.04])
+
+
+def test_retry_after_pushes_later_never_earlier() -> None:
+    policy = RetryPolicy(base_seconds=30, retry_after_max_seconds=3600)
+    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=5) == 30
+    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=90) == 90
+    # Capped, so a hostile receiver cannot park a delivery for years.
+    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=1e9) == 3600
+
+
+def test_replayed_delivery_restarts_the_schedule() -> None:
+    policy = RetryPolicy(base_seconds=30, max_retries=10)
+    # 11 attempts used, replay grants 11 more: attempt 12 failing waits 30 s again.
+    assert policy.next_attempt_at(failed_attempt=12, max_attempts=22, now=0) == 30
+    assert policy.next_attempt_at(failed_attempt=21, max_attempts=22, now=0) == 15360
+    assert policy.next_attempt_at(failed_attempt=22, max_attempts=22, now=0) is None
+
+
+def test_single_attempt_budget_never_retries() -> None:
+    policy = RetryPolicy()
+    assert policy.next_attempt_at(failed_attempt=1, max_attempts=1, now=0) is None
+
+
+def test_attempt_numbers_start_at_one() -> None:
+    with pytest.raises(ValueError, match="from 1"):
+        RetryPolicy().delay(0)
