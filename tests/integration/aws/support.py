@@ -19,6 +19,7 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.kinesis.models import Shard
 from moto.server import ThreadedMotoServer
 
 from herald.model import Event
@@ -29,6 +30,28 @@ REGION = "us-east-1"
 ACCESS_KEY = "AKIAHERALDTEST000001"
 SECRET_KEY = "herald-test-secret-key"
 START_TIMEOUT = 10.0
+
+
+def _serialise_kinesis_puts() -> None:
+    """Make moto's Kinesis ``PutRecord`` safe when the server answers in parallel.
+
+    moto numbers a shard's next record as "largest so far + 1" and says so
+    ("not safe for concurrency"): two concurrent puts to one shard get the same
+    number and one record silently replaces the other. Herald puts records
+    concurrently, as it should against the real service, so the test server
+    must not lose them. Idempotent: wraps the method once per process.
+    """
+    if getattr(Shard.put_record, "_herald_locked", False):
+        return
+    unlocked = Shard.put_record
+    lock = threading.Lock()
+
+    def put_record(self: Shard, partition_key: str, data: str, explicit_hash_key: str) -> str:
+        with lock:
+            return unlocked(self, partition_key, data, explicit_hash_key)
+
+    put_record._herald_locked = True  # type: ignore[attr-defined]
+    Shard.put_record = put_record  # type: ignore[method-assign]
 
 
 def closed_port() -> int:
@@ -42,6 +65,7 @@ class MotoServer:
     """moto's server on a kernel-chosen 127.0.0.1 port, with its control API."""
 
     def __init__(self) -> None:
+        _serialise_kinesis_puts()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.port = 0
         self._clients: dict[tuple[str, ...], Any] = {}
