@@ -263,7 +263,49 @@ async def test_a_failed_open_leaves_no_connection_behind(harness: Harness) -> No
         await eventually(closed, timeout=3, what="the failed store's sessions to end")
 
 
+def _listener_pids(h: Harness) -> list[int]:
+    return [
+        int(pid)
+        for (pid,) in h.rows(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN%'"
+        )
+    ]
+
+
+async def test_the_outbox_listener_comes_back_after_its_connection_is_lost(
+    harness: Harness,
+) -> None:
+    h = harness
+    woken = asyncio.Event()
+    notified = await h.store.watch_outbox(woken.set)
+    if h.backend == "sqlite":
+        assert notified is False  # no notifications: the relay polls
+        return
+    assert notified is True
+    h.produce("order.created", {"n": 1})
+    await asyncio.wait_for(woken.wait(), 5)
+
+    # What a database restart or an operator's pg_terminate_backend does to it.
+    [pid] = _listener_pids(h)
+    h.scalar("SELECT pg_terminate_backend(?)", (pid,))
+    woken.clear()
+
+    async def relistening() -> bool:
+        return len(_listener_pids(h)) == 1 and _listener_pids(h) != [pid]
+
+    await eventually(relistening, timeout=10, what="a new LISTEN connection")
+    # Rows inserted while nobody listened are not announced: the store wakes the
+    # relay once when it is back.
+    await asyncio.wait_for(woken.wait(), 5)
+    woken.clear()
+    h.produce("order.created", {"n": 2})
+    await asyncio.wait_for(woken.wait(), 5)
+
+
 # --- destinations ------------------------------------------------------------------
+
+
 async def test_a_destination_round_trips_with_its_secrets(harness: Harness) -> None:
     store = harness.store
     assert await store.schema_version() == len(harness.migrations()) == 6

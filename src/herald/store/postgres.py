@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 import asyncpg
+import structlog
 
 from herald.crypto import SecretBox
 from herald.errors import Conflict, StorageError
@@ -35,6 +36,7 @@ from herald.model import (
     OutboxRow,
     RelayPlan,
 )
+from herald.retry import Backoff
 from herald.store.base import STALE_CATALOG, IdempotencyRecord, RelayProcessor, load_migrations
 from herald.store.rows import (
     ATTEMPT_COLUMNS,
@@ -52,6 +54,8 @@ from herald.store.rows import (
     instance_to_row,
     reencrypt_rows,
 )
+
+log = structlog.get_logger("herald.store")
 
 NOTIFY_CHANNEL = "herald_outbox"
 # InternalClientError: a pooled connection the server terminated can fail its next
@@ -94,6 +98,9 @@ class PostgresStore:
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
+        self._on_notify: Callable[[], None] | None = None
+        self._relisten: asyncio.Task[None] | None = None
+        self._closing = False
 
     # --- lifecycle ---------------------------------------------------------
     async def open(self) -> None:
@@ -140,6 +147,12 @@ class PostgresStore:
                 )
 
     async def close(self) -> None:
+        self._closing = True
+        if self._relisten is not None:
+            self._relisten.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._relisten
+            self._relisten = None
         if self._listener is not None:
             with suppress(*_DB_ERRORS):
                 await self._listener.close()
@@ -179,13 +192,54 @@ class PostgresStore:
         return int(rows[0][0] or 0)
 
     async def watch_outbox(self, callback: Callable[[], None]) -> bool:
-        """LISTEN for outbox inserts on a dedicated connection; call ``callback`` on each."""
+        """LISTEN for outbox inserts on a dedicated connection; call ``callback`` on each.
+
+        The connection is re-established whenever it is lost (a database restart, a
+        terminated backend), with ``callback`` called once it is back, since
+        notifications sent meanwhile are gone; until then the relay polls.
+        """
+        self._on_notify = callback
         try:
-            self._listener = await asyncpg.connect(self.dsn)
-            await self._listener.add_listener(NOTIFY_CHANNEL, lambda *_: callback())
+            await self._listen()
         except _DB_ERRORS as exc:
             raise _wrap(exc) from exc
         return True
+
+    async def _listen(self) -> None:
+        assert self._on_notify is not None
+        notify = self._on_notify
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.add_listener(NOTIFY_CHANNEL, lambda *_: notify())
+        except BaseException:
+            with suppress(*_DB_ERRORS):
+                await conn.close()
+            raise
+        conn.add_termination_listener(self._listener_lost)
+        self._listener = conn
+
+    def _listener_lost(self, conn: asyncpg.Connection) -> None:
+        if self._closing or conn is not self._listener:
+            return
+        self._listener = None
+        log.warning("outbox_listener_lost", retry="until it is back; the relay polls meanwhile")
+        self._relisten = asyncio.get_running_loop().create_task(
+            self._reconnect_listener(), name="herald-pg-relisten"
+        )
+
+    async def _reconnect_listener(self) -> None:
+        backoff = Backoff(first=0.2, cap=5.0)
+        while not self._closing:
+            await asyncio.sleep(backoff.next())
+            try:
+                await self._listen()
+            except _DB_ERRORS as exc:
+                log.warning("outbox_listener_reconnect_failed", error=_wrap(exc).message)
+                continue
+            log.info("outbox_listener_restored", channel=NOTIFY_CHANNEL)
+            assert self._on_notify is not None
+            self._on_notify()  # whatever was inserted while nobody listened
+            return
 
     # --- outbox ---------------------------------------------------------------
     async def relay(
