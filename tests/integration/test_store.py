@@ -406,6 +406,37 @@ async def test_relay_holds_by_the_committed_status_not_the_plan(harness: Harness
     assert (await store.outbox_stats())[0] == 0
 
 
+async def test_a_relay_batch_racing_an_activation_never_leaves_its_deliveries_held(
+    harness: Harness,
+) -> None:
+    """An activation commits while the relay batch is writing: the batch waits for it
+    and stores the delivery unheld (an activation's un-hold cannot see rows a batch
+    has not committed, so a batch reading the old status would hold it for good)."""
+    h = harness
+    store = h.store
+    dest = destination(DestinationStatus.PENDING_VERIFICATION)
+    await store.create_destination(dest, verification=None)
+    ev = Event("evt_race", "default", "a.b", "2026-11-22T10:00:00Z", 0.0, b"{}")
+    h.produce("a.b", {}, id=ev.id)
+
+    def plan(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+        return RelayPlan(events=[ev], deliveries=[delivery(ev, dest)])
+
+    with h.sql() as db:  # the activation, as the store runs it, left uncommitted
+        db.execute("UPDATE herald_destinations SET status = 'active' WHERE id = ?", (dest.id,))
+        relay = asyncio.create_task(store.relay(10, plan))
+        await asyncio.sleep(0.5)
+        assert not relay.done()  # waiting for the activation's lock
+        db.execute(
+            "UPDATE herald_deliveries SET held = 0 WHERE destination_id = ? AND held = 1",
+            (dest.id,),
+        )
+    _, count = await asyncio.wait_for(relay, 10)
+    assert count == 1
+    [stored] = await store.list_deliveries(DeliveryFilter(), before_id=None, limit=10)
+    assert stored.held is False
+
+
 async def test_a_failing_process_leaves_the_outbox_untouched(harness: Harness) -> None:
     h = harness
     await h.add_webhook("http://127.0.0.1:1/a")

@@ -44,6 +44,7 @@ from herald.store.rows import (
     DESTINATION_COLUMNS,
     EVENT_COLUMNS,
     INSTANCE_COLUMNS,
+    NEW_DELIVERY_COLUMNS,
     attempt_from_row,
     attempt_to_row,
     delivery_from_row,
@@ -52,6 +53,7 @@ from herald.store.rows import (
     event_from_row,
     instance_from_row,
     instance_to_row,
+    new_delivery_rows,
     reencrypt_rows,
 )
 
@@ -266,8 +268,7 @@ class PostgresStore:
             plan = process(rows, existing)
             now = time.time()
             await self._insert_events(conn, plan.events, now)
-            await self._insert_deliveries(conn, plan.deliveries)
-            await self._check_leases(conn, plan, now)
+            plan.leased = await self._insert_deliveries(conn, plan.deliveries, now)
             if plan.rejected:
                 await conn.executemany(
                     "INSERT INTO herald_outbox_rejected"
@@ -291,61 +292,46 @@ class PostgresStore:
             for e in events
         ]
         if rows:
-            await conn.executemany(
-                "INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts,"
-                " ingested_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                rows,
-            )
-
-    @staticmethod
-    async def _insert_deliveries(conn: asyncpg.Connection, rows: Iterable[NewDelivery]) -> None:
-        # Held follows the destination's committed status; FOR SHARE orders this
-        # insert against a concurrent activation, which then un-holds these rows too.
-        values = [
-            (
-                d.id,
-                d.tenant_id,
-                d.event_id,
-                d.event_type,
-                d.kind.value,
-                d.max_attempts,
-                d.next_attempt_at,
-                int(d.held),
-                d.created_at,
-                d.destination_id,
-                d.lease_owner,
-            )
-            for d in rows
-        ]
-        if values:
-            await conn.executemany(
-                "INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type,"
-                " destination_id, kind, status, attempt_count, max_attempts, next_attempt_at,"
-                " held, created_at, updated_at, lease_owner)"
-                " SELECT $1, $2, $3, $4, t.id, $5, 'pending', 0, $6, $7,"
-                " CASE WHEN $5 = 'event' THEN (t.status <> 'active')::int ELSE $8 END, $9, $9,"
-                " $11 FROM (SELECT id, status FROM herald_destinations"
-                "       WHERE id = $10 AND deleted_at IS NULL FOR SHARE) t",
-                values,
-            )
-
-    @staticmethod
-    async def _check_leases(conn: asyncpg.Connection, plan: RelayPlan, now: float) -> None:
-        """Fill ``plan.leased``; unlease what the committed destination status holds
-        (read committed: a destination can change after the relay's version check)."""
-        ids = [d.id for d in plan.deliveries if d.lease_owner is not None]
-        if not ids:
-            return
-        stored = await conn.fetch("SELECT id, held FROM herald_deliveries WHERE id = ANY($1)", ids)
-        held = [row[0] for row in stored if row[1]]
-        if held:
+            # One statement for the batch: a row-by-row executemany costs a round
+            # of parse, bind and execute messages per row.
             await conn.execute(
-                "UPDATE herald_deliveries SET lease_owner = NULL, next_attempt_at = $1"
-                " WHERE id = ANY($2)",
-                now,
-                held,
+                "INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts,"
+                " ingested_at) SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
+                " $4::text[], $5::text[], $6::float8[], $7::float8[])",
+                *(list(column) for column in zip(*rows, strict=True)),
             )
-        plan.leased = [row[0] for row in stored if not row[1]]
+
+    @staticmethod
+    async def _insert_deliveries(
+        conn: asyncpg.Connection, rows: Sequence[NewDelivery], now: float
+    ) -> list[str]:
+        """Store ``rows``; returns the ids stored leased (see :func:`new_delivery_rows`).
+
+        ``FOR SHARE`` reads the destinations' committed statuses and keeps them until
+        this transaction ends: an activation or a delete waits for it (and then sees
+        these rows), or went first and is what this reads."""
+        if not rows:
+            return []
+        dest_ids = list({d.destination_id for d in rows})
+        statuses = {
+            r[0]: r[1]
+            for r in await conn.fetch(
+                "SELECT id, status FROM herald_destinations"
+                " WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id FOR SHARE",
+                dest_ids,
+            )
+        }
+        values, leased = new_delivery_rows(rows, statuses, now)
+        if values:
+            await conn.execute(
+                f"INSERT INTO herald_deliveries ({NEW_DELIVERY_COLUMNS}, status, attempt_count,"
+                " updated_at) SELECT *, 'pending', 0, t.created_at FROM unnest($1::text[],"
+                " $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[],"
+                " $8::float8[], $9::int[], $10::float8[], $11::text[])"
+                f" AS t({NEW_DELIVERY_COLUMNS})",
+                *(list(column) for column in zip(*values, strict=True)),
+            )
+        return leased
 
     async def insert_outbox(
         self, *, id: str, tenant_id: str, type: str, data: bytes, created_at: str
@@ -653,7 +639,7 @@ class PostgresStore:
             )
             if verification is not None:
                 await self._insert_events(conn, [verification[0]], dest.created_at)
-                await self._insert_deliveries(conn, [verification[1]])
+                await self._insert_deliveries(conn, [verification[1]], dest.created_at)
             await self._bump_version(conn)
 
     async def update_destination(
@@ -691,7 +677,7 @@ class PostgresStore:
                     dest.id,
                 )
                 await self._insert_events(conn, [verification[0]], dest.updated_at)
-                await self._insert_deliveries(conn, [verification[1]])
+                await self._insert_deliveries(conn, [verification[1]], dest.updated_at)
             await self._bump_version(conn)
             return True
 
@@ -752,8 +738,9 @@ class PostgresStore:
         self, events: Sequence[Event], deliveries: Sequence[NewDelivery]
     ) -> None:
         async with self._tx() as conn:
-            await self._insert_events(conn, events, time.time())
-            await self._insert_deliveries(conn, deliveries)
+            now = time.time()
+            await self._insert_events(conn, events, now)
+            await self._insert_deliveries(conn, deliveries, now)
 
     async def get_delivery(
         self, tenant_id: str | None, delivery_id: str, *, with_attempts: bool

@@ -18,6 +18,7 @@ from herald.model import (
     DestinationStatus,
     Event,
     Instance,
+    NewDelivery,
     Outcome,
 )
 
@@ -35,6 +36,58 @@ DESTINATION_COLUMNS = (
     "id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at, deleted_at"
 )
 EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data"
+
+
+NEW_DELIVERY_COLUMNS = (
+    "id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,"
+    " next_attempt_at, held, created_at, lease_owner"
+)
+"""The order of :func:`new_delivery_rows`' tuples (``status`` is ``pending``,
+``attempt_count`` 0 and ``updated_at`` = ``created_at`` on insert)."""
+
+
+def new_delivery_rows(
+    rows: Sequence[NewDelivery], statuses: dict[str, str], now: float
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows to insert for ``rows`` given the destinations' committed ``statuses``
+    (id → status, deleted ones absent), and the ids stored leased.
+
+    The caller reads ``statuses`` inside its write transaction, locked against
+    writers (SQLite: the write lock; PostgreSQL: ``FOR SHARE``), so they cannot
+    change before it commits. Event deliveries are held unless their destination
+    is active: a batch planned from a catalog a few milliseconds old must not hold
+    deliveries to a destination activated meanwhile, nor create any for one just
+    deleted. A planned lease on a delivery that turns out held is dropped (the
+    delivery is due now, for whoever activates it)."""
+    values: list[tuple[Any, ...]] = []
+    leased: list[str] = []
+    for d in rows:
+        status = statuses.get(d.destination_id)
+        if status is None:
+            continue  # deleted meanwhile: no delivery
+        held = status != "active" if d.kind is DeliveryKind.EVENT else d.held
+        owner, next_at = d.lease_owner, d.next_attempt_at
+        if owner is not None:
+            if held:
+                owner, next_at = None, now
+            else:
+                leased.append(d.id)
+        values.append(
+            (
+                d.id,
+                d.tenant_id,
+                d.event_id,
+                d.event_type,
+                d.destination_id,
+                d.kind.value,
+                d.max_attempts,
+                next_at,
+                int(held),
+                d.created_at,
+                owner,
+            )
+        )
+    return values, leased
 
 
 def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:

@@ -42,6 +42,7 @@ from herald.store.rows import (
     DESTINATION_COLUMNS,
     EVENT_COLUMNS,
     INSTANCE_COLUMNS,
+    NEW_DELIVERY_COLUMNS,
     attempt_from_row,
     attempt_to_row,
     delivery_from_row,
@@ -50,6 +51,7 @@ from herald.store.rows import (
     event_from_row,
     instance_from_row,
     instance_to_row,
+    new_delivery_rows,
     reencrypt_rows,
 )
 from herald.timeutil import parse_timestamp
@@ -287,14 +289,8 @@ class SQLiteStore:
     async def _insert_deliveries(
         self, db: aiosqlite.Connection, rows: Sequence[NewDelivery], now: float
     ) -> list[str]:
-        """Store ``rows``; returns the ids stored leased (as planned, unless held).
-
-        Event deliveries take their held flag from the destination's status as
-        committed: a batch planned from a catalog a few milliseconds old must not
-        hold deliveries to a destination activated meanwhile, nor create any for
-        one just deleted; a planned lease on a delivery that turns out held is
-        dropped. The statuses are read once per call, inside the caller's write
-        transaction, so no writer can change them before it commits."""
+        """Store ``rows``; returns the ids stored leased (see :func:`new_delivery_rows`).
+        The statuses are read once per call, inside the caller's write transaction."""
         if not rows:
             return []
         dest_ids = list({d.destination_id for d in rows})
@@ -306,39 +302,10 @@ class SQLiteStore:
                 db=db,
             )
         )
-        values = []
-        leased = []
-        for d in rows:
-            status = statuses.get(d.destination_id)
-            if status is None:
-                continue  # deleted meanwhile: no delivery
-            held = status != "active" if d.kind is DeliveryKind.EVENT else d.held
-            owner, next_at = d.lease_owner, d.next_attempt_at
-            if owner is not None:
-                if held:
-                    owner, next_at = None, now
-                else:
-                    leased.append(d.id)
-            values.append(
-                (
-                    d.id,
-                    d.tenant_id,
-                    d.event_id,
-                    d.event_type,
-                    d.destination_id,
-                    d.kind.value,
-                    d.max_attempts,
-                    next_at,
-                    int(held),
-                    d.created_at,
-                    d.created_at,
-                    owner,
-                )
-            )
+        values, leased = new_delivery_rows(rows, statuses, now)
         await db.executemany(
-            "INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id,"
-            " kind, status, attempt_count, max_attempts, next_attempt_at, held, created_at,"
-            " updated_at, lease_owner) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO herald_deliveries ({NEW_DELIVERY_COLUMNS}, status, attempt_count,"
+            " updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', 0, ?10)",
             values,
         )
         return leased
