@@ -39,26 +39,22 @@ import hashlib
 import re
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import certifi
-from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, TransportType
-from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
-from azure.servicebus.exceptions import (
-    MessageSizeExceededError,
-    MessagingEntityDisabledError,
-    MessagingEntityNotFoundError,
-    OperationTimeoutError,
-    ServiceBusAuthenticationError,
-    ServiceBusAuthorizationError,
-    ServiceBusError,
-)
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
 from herald.adapters.pool import ClientPool
 from herald.model import Destination, Event, Outcome
+
+# azure-servicebus takes about 0.2 s to import: it is imported where it is used, so a
+# process with no Service Bus destination (and every CLI command) never pays.
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+    from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+    from azure.servicebus.exceptions import ServiceBusError
 
 OPEN_TIMEOUT_SECONDS = 10.0
 """Upper bound for connect + auth + attach (further capped by the attempt deadline)."""
@@ -66,14 +62,6 @@ CLOSE_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 240.0
 MESSAGE_ID_MAX = 128
 
-# Failures no retry fixes by itself; they still follow the retry schedule.
-_PERMANENT = (
-    MessagingEntityNotFoundError,
-    MessagingEntityDisabledError,
-    ServiceBusAuthenticationError,
-    ServiceBusAuthorizationError,
-    MessageSizeExceededError,
-)
 # https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftservicebus
 _ENTITY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?$")
 
@@ -239,6 +227,8 @@ class _Sender:
         await done
 
     async def _flush(self) -> None:
+        from azure.servicebus.exceptions import MessageSizeExceededError
+
         taken: list[asyncio.Future[None]] = []
         try:
             while self._waiting:
@@ -327,6 +317,9 @@ class ServiceBusAdapter(Adapter):
         return min(OPEN_TIMEOUT_SECONDS, self.timeout)
 
     async def _open(self, config: ServiceBusConfig) -> _Sender:
+        from azure.servicebus import TransportType
+        from azure.servicebus.aio import ServiceBusClient
+
         kwargs: dict[str, Any] = {
             # One quick reconnect inside an attempt (a link the service detached
             # while idle); anything longer is the engine's retry schedule.
@@ -349,6 +342,25 @@ class ServiceBusAdapter(Adapter):
 
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, ServiceBusConfig)
+        from azure.servicebus import ServiceBusMessage
+        from azure.servicebus.exceptions import (
+            MessageSizeExceededError,
+            MessagingEntityDisabledError,
+            MessagingEntityNotFoundError,
+            OperationTimeoutError,
+            ServiceBusAuthenticationError,
+            ServiceBusAuthorizationError,
+            ServiceBusError,
+        )
+
+        # Failures no retry fixes by itself; they still follow the retry schedule.
+        permanent = (
+            MessagingEntityNotFoundError,
+            MessagingEntityDisabledError,
+            ServiceBusAuthenticationError,
+            ServiceBusAuthorizationError,
+            MessageSizeExceededError,
+        )
         if len(event.id) > MESSAGE_ID_MAX:
             return Result.permanent(
                 f"event id longer than {MESSAGE_ID_MAX} characters cannot be a message id"
@@ -386,7 +398,7 @@ class ServiceBusAdapter(Adapter):
             bound = self.open_timeout if stage == "connect" else self.timeout
             what = "connecting and authenticating" if stage == "connect" else "sending"
             return Result(Outcome.TIMEOUT, error=f"{what} did not finish within {bound:g} s")
-        except _PERMANENT as exc:
+        except permanent as exc:
             return Result.permanent(_describe(exc))
         except OperationTimeoutError as exc:
             return Result(Outcome.TIMEOUT, error=_describe(exc))

@@ -32,17 +32,20 @@ import asyncio
 import hashlib
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-import aio_pika
-import aiormq
-from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from herald.adapters.base import MASK, Adapter, DestinationConfig, Result, sensitive
 from herald.adapters.pool import ClientPool
 from herald.model import VERIFICATION_EVENT_TYPE, Destination, Event
+
+# aio-pika takes about 0.1 s to import: it is imported where it is used, so a process
+# with no RabbitMQ destination (and every CLI command) never pays.
+if TYPE_CHECKING:
+    import aio_pika
+    from aio_pika.abc import AbstractExchange, AbstractRobustChannel
 
 __all__ = ["BrokerAddress", "RabbitMQAdapter", "RabbitMQConfig", "parse_server_url"]
 
@@ -335,6 +338,8 @@ class RabbitMQAdapter(Adapter):
 
     async def _connect(self, prep: _Prepared) -> _Broker:
         """Open the robust connection for ``prep.key``; _Refused if the broker says no."""
+        import aio_pika
+
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
         url = aio_pika.connection.make_url(
@@ -369,6 +374,9 @@ class RabbitMQAdapter(Adapter):
         )
 
     async def _publish(self, broker: _Broker, prep: _Prepared, event: Event) -> Result:
+        import aio_pika
+        import aiormq
+
         key = prep.key
         if not broker.connection.connected.is_set():
             return Result.retryable(
@@ -458,6 +466,8 @@ def _masked(text: str, password: str) -> str:
 
 
 def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
+    import aiormq
+
     where = f"{'amqps' if key.tls else 'amqp'}://{key.host}:{key.port}"
     if isinstance(exc, TimeoutError):
         return Result.retryable(
