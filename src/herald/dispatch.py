@@ -85,9 +85,12 @@ class Recorder:
         self._idle.set()
         self.storage_error: str | None = None
         """Why the last write failed while writes keep failing (/readyz shows it)."""
+        self.unwritten = 0
+        """Records added and not yet committed (pending, or in the write under way)."""
 
     def add(self, record: AttemptRecord) -> None:
         self._pending.append(record)
+        self.unwritten += 1
         self._idle.clear()
         self._ready.set()
 
@@ -122,6 +125,7 @@ class Recorder:
                 continue
             delay = 0.05
             self.storage_error = None
+            self.unwritten -= len(batch)
             self._on_flush(batch)
 
     async def drained(self) -> None:
@@ -204,8 +208,20 @@ class Dispatcher:
         self._wake.set()
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
+        # Room for records again: start what waited for it (see _can_begin).
+        ready = self._ready
+        while ready and self._can_begin():
+            self._begin(ready.popleft())
         if any(r.next_attempt_at is not None or r.activates_destination for r in batch):
             self._wake.set()
+
+    def _can_begin(self) -> bool:
+        """A global slot is free, and at most ``max_concurrency`` finished attempts wait
+        to be written. Sent but unrecorded attempts are what a crash sends again: when
+        the database slows down or goes away, new attempts wait for it instead of that
+        window growing with the stall (at most twice ``max_concurrency`` per crash)."""
+        limit = self._limits.max_concurrency
+        return self._running < limit and self.recorder.unwritten < limit
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and attempt until ``stop``; then drain within the grace period."""
@@ -341,7 +357,7 @@ class Dispatcher:
                 held.append(item)
                 continue
             self._running_per[dest] = n + 1
-            if self._running < self._limits.max_concurrency:
+            if self._can_begin():
                 self._begin(item)
             else:
                 self._ready.append(item)
@@ -403,7 +419,7 @@ class Dispatcher:
             else:
                 del self._running_per[dest]
         ready = self._ready
-        while ready and self._running < lim.max_concurrency:
+        while ready and self._can_begin():
             self._begin(ready.popleft())
         if self._total == 0:
             self._idle.set()

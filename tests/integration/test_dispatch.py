@@ -10,7 +10,14 @@ import pytest
 from aiohttp import web
 
 from herald.dispatch import AttemptDone, Dispatcher
-from herald.model import Delivery, DeliveryStatus, DestinationStatus, DueDelivery, Outcome
+from herald.model import (
+    AttemptRecord,
+    Delivery,
+    DeliveryStatus,
+    DestinationStatus,
+    DueDelivery,
+    Outcome,
+)
 from tests.integration.conftest import (
     Gate,
     Harness,
@@ -468,3 +475,43 @@ async def test_stop_releases_leases_of_unfinished_deliveries(
     # Due again: the next worker takes all three at once.
     again = await h.store.claim_due(now=now, limit=10, owner="worker-b", lease_until=now + 60)
     assert sorted(d.id for d in again) == ids
+
+
+async def test_new_attempts_wait_while_records_cannot_be_written(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is sent and not yet recorded is what a crash sends again: when records
+    cannot be written, at most ``max_concurrency`` attempts in flight and as many
+    finished ones wait for the database; nothing more goes out until they are written."""
+    h = await harness_factory(
+        delivery={"max_concurrency": 4, "max_per_destination": 4, "claim_batch_size": 64}
+    )
+    rx = await receivers()
+    await h.add_webhook(rx.url)
+    h.produce_many("a.b", [{"n": n} for n in range(30)])
+    assert await h.relay.run_once() == 30
+    writable = asyncio.Event()
+    record_attempts = h.store.record_attempts
+
+    async def stalled(records: list[AttemptRecord]) -> None:
+        await writable.wait()
+        await record_attempts(records)
+
+    monkeypatch.setattr(h.store, "record_attempts", stalled)
+    dispatcher = Dispatcher(h.store, h.catalog, h.policy, h.limits(), owner="it-stall")
+    async with running(dispatcher):
+
+        async def window_full() -> bool:
+            return dispatcher.recorder.unwritten >= 4
+
+        await eventually(window_full, timeout=10, what="four unwritten records")
+        await asyncio.sleep(0.5)  # time enough for more to go out, were they allowed
+        sent = len(rx.received)
+        assert 4 <= sent < 2 * 4
+        writable.set()
+
+        async def all_done() -> bool:
+            return len(await h.deliveries(status=DeliveryStatus.SUCCESS)) == 30
+
+        await eventually(all_done, timeout=10, what="30 deliveries recorded")
+    assert sorted(r.envelope["data"]["n"] for r in rx.received) == list(range(30))
