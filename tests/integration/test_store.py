@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 import warnings
 from collections.abc import AsyncIterator
@@ -728,6 +729,39 @@ async def test_releasing_leases_reads_only_the_leased_deliveries(harness: Harnes
                 f" WHERE status = 'pending' AND {where}"
             ).fetchall()
             assert "USING INDEX herald_deliveries_leased" in str(plan), plan
+
+
+@pytest.mark.sqlite_only
+async def test_a_slow_gauge_count_never_holds_up_claims_or_catalog_checks(
+    harness: Harness,
+) -> None:
+    """The metrics' counts take 0.1 s at a million scheduled retries; the relay's
+    catalog check and the claims must not queue behind them (they did, on one
+    shared reading connection: p99 latency x3 in the retry-backlog benchmark)."""
+    store = harness.store
+    assert isinstance(store, SQLiteStore)
+    entered, release = threading.Event(), threading.Event()
+
+    def stall() -> int:  # SQLite's progress handler: runs inside the count
+        entered.set()
+        release.wait(10)
+        return 0
+
+    gauges = store._gauges  # white box: hold the count inside SQLite
+    await gauges.set_progress_handler(stall, 1)
+    counting = asyncio.create_task(store.delivery_counts(now=time.time()))
+    try:
+        assert await asyncio.to_thread(entered.wait, 5)
+        now = time.time()
+        await asyncio.wait_for(store.destinations_version(), 5)
+        await asyncio.wait_for(
+            store.claim_due(now=now, limit=10, owner="w", lease_until=now + 30), 5
+        )
+        await asyncio.wait_for(store.next_due_at(), 5)
+        assert not counting.done()
+    finally:
+        release.set()
+        await counting
 
 
 # --- instances and heartbeats ------------------------------------------------------------
