@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from herald.dispatch import AttemptDone, Dispatcher
+from herald.dispatch import UNWRITTEN_FACTOR, AttemptDone, Dispatcher
 from herald.model import (
     AttemptRecord,
     Delivery,
@@ -481,9 +481,9 @@ async def test_new_attempts_wait_while_records_cannot_be_written(
     harness_factory: HarnessFactory, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What is sent and not yet recorded is what a crash sends again: when records
-    cannot be written, at most ``max_concurrency`` attempts in flight and twice as
-    many finished ones wait for the database; nothing more goes out until they are
-    written."""
+    cannot be written, at most ``max_concurrency`` attempts in flight and
+    ``UNWRITTEN_FACTOR`` times as many finished ones wait for the database; nothing
+    more goes out until they are written."""
     h = await harness_factory(
         delivery={"max_concurrency": 4, "max_per_destination": 4, "claim_batch_size": 64}
     )
@@ -501,14 +501,15 @@ async def test_new_attempts_wait_while_records_cannot_be_written(
     monkeypatch.setattr(h.store, "record_attempts", stalled)
     dispatcher = Dispatcher(h.store, h.catalog, h.policy, h.limits(), owner="it-stall")
     async with running(dispatcher):
+        window = UNWRITTEN_FACTOR * 4
 
         async def window_full() -> bool:
-            return dispatcher.recorder.unwritten >= 2 * 4
+            return dispatcher.recorder.unwritten >= window
 
-        await eventually(window_full, timeout=10, what="eight unwritten records")
+        await eventually(window_full, timeout=10, what=f"{window} unwritten records")
         await asyncio.sleep(0.5)  # time enough for more to go out, were they allowed
         sent = len(rx.received)
-        assert 2 * 4 <= sent < 3 * 4
+        assert window <= sent < window + 4 < 30
         writable.set()
 
         async def all_done() -> bool:
