@@ -34,10 +34,11 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     keepalive_requests 1000000;
+    {pace}
     server {{
         listen 127.0.0.1:{port};
         access_log {dir}/arrivals.log arrivals buffer=64k flush=100ms;
-        location / {{ return 204; }}
+        {location}
     }}
 }}
 """
@@ -50,13 +51,28 @@ def nginx_binary() -> str | None:
 
 
 class Nginx:
-    def __init__(self) -> None:
+    """``per_second`` paces answers with nginx's ``limit_req`` (delayed, never refused):
+    a test that must interrupt a run part-way keeps that run long enough to do so."""
+
+    def __init__(self, *, per_second: int | None = None) -> None:
         binary = nginx_binary()
         if binary is None:
             raise RuntimeError("nginx is not installed (scripts/test-services.sh installs it)")
         self.dir = Path(tempfile.mkdtemp(prefix="herald-nginx-"))
         self.port = free_port()
-        (self.dir / "nginx.conf").write_text(CONFIG.format(dir=self.dir, port=self.port))
+        pace, location = "", "location / { return 204; }"
+        if per_second is not None:
+            # One bucket for all requests; a burst far above the in-flight count means
+            # requests wait their turn instead of getting a 503. `return` runs before
+            # limit_req's phase, so the answer comes from a named location after it.
+            pace = f"limit_req_zone $server_port zone=pace:1m rate={per_second}r/s;"
+            location = (
+                "location / { limit_req zone=pace burst=100000; try_files /.none @ok; }\n"
+                "        location @ok { return 204; }"
+            )
+        (self.dir / "nginx.conf").write_text(
+            CONFIG.format(dir=self.dir, port=self.port, pace=pace, location=location)
+        )
         self.proc = subprocess.Popen(
             [binary, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")],
             stdout=subprocess.DEVNULL,
