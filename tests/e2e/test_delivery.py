@@ -134,6 +134,46 @@ async def test_exact_retry_schedule_then_failure(
         # Never early; late only by the engine's wake-up latency.
         assert expected <= gap + 0.002, (k, gap, expected)
         assert gap < expected + 0.5, (k, gap, expected)
+    # Exhausted retries end the delivery, never the destination: nothing disables it.
+    assert (await h.acli_json("destinations", "show", dest["id"]))["status"] == "active"
+
+
+async def test_herald_emit_writes_an_event_that_is_delivered_signed(
+    herald_factory: HeraldFactory, receiver: Receiver
+) -> None:
+    """`herald emit` goes through the outbox like a producer's row: the event keeps the
+    given id, type, time and data, reaches only its tenant's destinations, and a bad
+    ``--data`` is a usage error that writes nothing."""
+    h = herald_factory()
+    dest = await h.acreate_webhook(receiver.url, secret=SECRET, events=["task_run.*"])
+    await wait_active(h, dest["id"])
+    data = '{"task_run_id": "trun_emit", "status": "completed"}'
+    created = "2026-11-24T06:00:00.123456Z"
+    out = await h.acli(
+        "emit", "task_run.completed", "--data", data, "--id", "evt_cli_emit",
+        "--created-at", created,
+    )  # fmt: skip
+    assert out.stdout.strip() == "evt_cli_emit"
+    other = await h.acli_json("emit", "task_run.completed", "--data", data, "--tenant", "elsewhere")
+    assert other["id"].startswith("evt_")
+    bad = await h.acli("emit", "task_run.completed", "--data", "{not json", check=False)
+    assert bad.returncode == 2, bad
+    assert "data" in bad.stderr.lower()
+
+    await receiver.wait_for(lambda: len(receiver.events("task_run.completed")) == 1, what="emit")
+    got = receiver.events("task_run.completed")[0]
+    assert got.verified, receiver.errors
+    assert got.envelope == {
+        "id": "evt_cli_emit",
+        "type": "task_run.completed",
+        "created_at": got.envelope["created_at"],
+        "data": {"task_run_id": "trun_emit", "status": "completed"},
+    }
+    assert got.envelope["created_at"].startswith("2026-11-24T06:00:00.123456")
+    await wait_deliveries(h, "kind = 'event'", 1)
+    await asyncio.sleep(0.3)  # the other tenant's event had its chance to go astray
+    assert len(receiver.events("task_run.completed")) == 1
+    assert h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'task_run.completed'") == [(2,)]
 
 
 async def test_each_kind_of_failure_counts_as_a_failed_attempt(
