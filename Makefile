@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CONFIG ?= config.example.toml
 # Two workers: the e2e tests mostly wait on daemons and receivers. Tests that
 # bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+PYTEST_ARGS ?= -n 2 --dist loadgroup -rs
 
 .PHONY: run test lint format bench install dev clean services
 
@@ -42,8 +42,10 @@ format: dev
 services:
 	@scripts/test-services.sh
 
+# HERALD_REQUIRE_SERVICES: what `services` provides (promtool, a RabbitMQ node the
+# tests may stop) must be there; a test that would skip without it fails instead.
 test: lint services
-	$(BIN)/pytest $(PYTEST_ARGS)
+	HERALD_REQUIRE_SERVICES=1 $(BIN)/pytest $(PYTEST_ARGS)
 
 bench: dev services
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -30,9 +30,10 @@ def private_broker() -> Iterator[object]:
     the tests that use it annotate it as ``tests.integration.amqp.broker.PrivateBroker``.
     """
     from tests.integration.amqp import broker
+    from tests.support.required import unavailable
 
     if (reason := broker.can_manage()) is not None:
-        pytest.skip(f"cannot start a private RabbitMQ node: {reason}")
+        unavailable(f"cannot start a private RabbitMQ node: {reason}")
     node = broker.PrivateBroker()
     try:
         node.start()

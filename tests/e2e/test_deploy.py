@@ -36,6 +36,7 @@ from herald.config import DeliverySettings, Settings
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
 from tests.support.receiver import Receiver, verification_ok_then
+from tests.support.required import unavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -479,7 +480,7 @@ def promtool() -> str:
     if found:
         return found
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip(
+        unavailable(
             "promtool is not installed and cannot be installed here (needs root and apt-get);"
             " install Debian's prometheus package or put promtool on PATH"
         )
@@ -493,7 +494,7 @@ def promtool() -> str:
     )
     found = shutil.which("promtool")
     if not found:
-        pytest.skip("promtool is not installed and installing Debian's prometheus package failed")
+        unavailable("promtool is not installed and installing Debian's prometheus package failed")
     return found
 
 

@@ -18,6 +18,7 @@ import pytest
 from tests.integration.amqp import broker
 from tests.integration.amqp.broker import BrokerUser, Inspector, PrivateBroker
 from tests.integration.amqp.gateway import Gateway
+from tests.support.required import unavailable
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +48,7 @@ def managed_broker(rabbitmq: None) -> None:
     """Skip unless this process may run rabbitmqctl (users, vhosts, listeners, restarts)."""
     reason = broker.can_manage()
     if reason is not None:
-        pytest.skip(f"cannot manage the local RabbitMQ: {reason}")
+        unavailable(f"cannot manage the local RabbitMQ: {reason}")
 
 
 @pytest.fixture(scope="session")
