@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aio_pika
 import pytest
 
 from herald.adapters.base import Adapter, AdapterContext, DestinationConfig, Result
@@ -189,6 +190,45 @@ async def test_mandatory_makes_unroutable_a_failure_but_not_for_verification(
         # A verification ping proves broker, credentials and exchange; no binding needed.
         ping, _, _ = await send(adapter, strict, make_event(VERIFICATION_EVENT_TYPE))
         assert ping.outcome is Outcome.SUCCESS, ping
+    finally:
+        await inspector.delete(name)
+
+
+async def test_a_message_the_broker_nacks_is_a_retryable_failure(
+    adapter: RabbitMQAdapter, inspector: Inspector
+) -> None:
+    """Publisher confirms: the broker refuses the message (basic.nack) because the only
+    queue it routes to is full and rejects publishes; the attempt must fail, retryably
+    (the queue may drain), and the same channel must publish again once it can."""
+    name = f"herald.test.{secrets.token_hex(4)}"
+    queue = broker.queue_for(name)
+    full = {"x-max-length": 0, "x-overflow": "reject-publish"}
+
+    async def declare(arguments: dict[str, Any] | None) -> None:
+        async with inspector.connection.channel() as channel:
+            ex = await channel.declare_exchange(name, aio_pika.ExchangeType.TOPIC, robust=False)
+            q = await channel.declare_queue(queue, arguments=arguments, robust=False)
+            await q.bind(ex, "#", robust=False)
+
+    await declare(full)
+    try:
+        config = parse({"server_url": f"{HOST}:{PORT}", "exchange": name, **GUEST})
+        refused, _, dest = await send(adapter, config)
+        assert refused.outcome is Outcome.FAILURE_RETRYABLE, refused
+        assert refused.error is not None
+        assert refused.error.startswith("the broker refused the message"), refused.error
+        assert "Nack" in refused.error, refused.error
+        assert await inspector.drain(queue) == []
+        # The queue gets room: the next attempt, on the same connection, is confirmed.
+        async with inspector.connection.channel() as channel:
+            await channel.queue_delete(queue)
+        await declare(None)
+        event = make_event()
+        accepted = await adapter.deliver(dest, config, event)
+        assert accepted.outcome is Outcome.SUCCESS, accepted
+        assert adapter.connection_count == 1
+        message = await read_message(broker.GUEST_URL, name, event.id)
+        assert message.body == event.envelope()
     finally:
         await inspector.delete(name)
 
