@@ -8,6 +8,12 @@ format split into its messages; 16-byte delivery tags towards receivers (the
 SDK reads lock tokens as UUIDs); and unsettled dispositions settled with the
 outcome echoed (the SDK waits up to 60 s for that otherwise).
 
+Topics as Service Bus addresses them: a sender attaches to the topic's path,
+exactly as to a queue's (the SDK's queue and topic senders make the same link);
+every message sent to the topic is copied into each of its subscriptions, and a
+receiver attaches to ``{topic}/Subscriptions/{subscription}``. Receiving from the
+topic itself, or sending to a subscription, is refused with ``amqp:not-allowed``.
+
 ``stall_auth`` makes it swallow put-token requests: the handshake never
 finishes, which is how a broker that rejects claims-based auth looks to the SDK.
 """
@@ -136,6 +142,7 @@ class Broker(Handler):
         self,
         *,
         entities: Iterable[str] = (),
+        topics: Mapping[str, Iterable[str]] | None = None,
         keys: Mapping[str, str] | None = None,
         stall_auth: bool = False,
         max_message_size: int = 0,
@@ -150,6 +157,12 @@ class Broker(Handler):
         """Message transfers received on entity links (a batch counts once)."""
         self._lock = threading.Lock()
         self._queues: dict[str, deque[bytes]] = {name: deque() for name in entities}
+        self._topics: dict[str, list[str]] = {}
+        """Topic name → the entity paths of its subscriptions (each a FIFO in ``_queues``)."""
+        for topic, subscriptions in (topics or {}).items():
+            self._topics[topic] = [subscription_path(topic, sub) for sub in subscriptions]
+            for path in self._topics[topic]:
+                self._queues[path] = deque()
         self._consumers: dict[str, list[Sender]] = {}
         self._lent: dict[Delivery, _Lent] = {}
         self._connections: set[Connection] = set()
@@ -243,7 +256,28 @@ class Broker(Handler):
             return
         name = _entity(link)
         with self._lock:
-            known = name == CBS or name in self._queues or name.endswith("$management")
+            known = (
+                name == CBS
+                or name in self._queues
+                or name in self._topics
+                or name.endswith("$management")
+            )
+            subscription = any(name in subs for subs in self._topics.values())
+        wrong_way = (
+            "a topic is read through one of its subscriptions, not directly"
+            if name in self._topics and isinstance(link, Sender)
+            else "a subscription only receives what is sent to its topic"
+            if subscription and isinstance(link, Receiver)
+            else None
+        )
+        if known and wrong_way is not None:
+            self.refused.append(name)
+            link.source.type = Terminus.UNSPECIFIED
+            link.target.type = Terminus.UNSPECIFIED
+            link.open()
+            link.condition = Condition("amqp:not-allowed", f"'{name}': {wrong_way}.")
+            link.close()
+            return
         if not known:
             # Refuse as Service Bus does: answer the attach with null termini, then
             # detach with the error (the SDK raises MessagingEntityNotFoundError).
@@ -347,9 +381,14 @@ class Broker(Handler):
             return
         elif not name.endswith("$management"):  # management is not served
             self.transfers += 1
+            messages = split_batch(payload)
             with self._lock:
-                self._queues[name].extend(split_batch(payload))
-            self._pump(name)
+                # A topic copies each message into every subscription (none: dropped).
+                targets = self._topics.get(name, [name])
+                for target in targets:
+                    self._queues[target].extend(messages)
+            for target in targets:
+                self._pump(target)
         dlv.update(Delivery.ACCEPTED)
         dlv.settle()
         link.flow(1)
@@ -404,6 +443,11 @@ class _Reaper(Handler):
                 transport.close_head()
 
 
+def subscription_path(topic: str, subscription: str) -> str:
+    """The entity path Service Bus (and the SDK's subscription receiver) uses."""
+    return f"{topic}/Subscriptions/{subscription}"
+
+
 def _entity(link: Link) -> str:
     """The entity a link is attached to (its target if it receives from the peer)."""
     terminus = link.remote_target if isinstance(link, Receiver) else link.remote_source
@@ -420,4 +464,4 @@ def _senders(link: Link) -> list[Sender]:
     return out
 
 
-__all__ = ["Broker", "sas_ok", "sas_token", "split_batch"]
+__all__ = ["Broker", "sas_ok", "sas_token", "split_batch", "subscription_path"]

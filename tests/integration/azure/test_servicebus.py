@@ -25,7 +25,7 @@ from herald.egress import EgressPolicy
 from herald.errors import ValidationError
 from herald.model import Event, Outcome
 from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.azure.broker import Broker, sas_ok, sas_token
+from tests.integration.azure.broker import Broker, sas_ok, sas_token, subscription_path
 from tests.integration.azure.conftest import ENTITY, receive
 from tests.integration.conftest import closed_port
 
@@ -431,3 +431,34 @@ def test_connection_string_parts() -> None:
     )
     assert normalize_endpoint("amqps://gw.example") == "sb://gw.example"
     assert normalize_endpoint("127.0.0.1:5672") == "sb://127.0.0.1:5672"
+
+
+async def test_topic_name_fans_out_to_every_subscription() -> None:
+    """``name`` may be a topic. The SDK's queue and topic senders make the same link (to the
+    entity path), so the adapter sends to either without knowing which it is; Service Bus
+    copies each message into every subscription, where the SDK's subscription receiver
+    reads it."""
+    topic, subscriptions = "events", ("audit", "billing")
+    broker = Broker(topics={topic: subscriptions}).start()
+    adapter = ServiceBusAdapter(
+        AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=True))
+    )
+    try:
+        conn = broker.connection_string()
+        events = [make_event("task_run.failed", tenant="org_42") for _ in range(3)]
+        for event in events:
+            result = await publish(adapter, {"name": topic, "connection_string": conn}, event)
+            assert result.outcome is Outcome.SUCCESS, result
+        for subscription in subscriptions:
+            got = await receive(conn, topic, len(events), subscription=subscription)
+            assert [m.message_id for m in got] == [e.id for e in events]
+            for message, event in zip(got, events, strict=True):
+                assert json.loads(message.body) == json.loads(event.envelope())
+                assert message.subject == "task_run.failed"
+                assert message.content_type == "application/json"
+                assert message.application_properties == event.metadata()
+            assert broker.stored(subscription_path(topic, subscription)) == []
+        assert broker.refused == []
+    finally:
+        await adapter.close()
+        broker.stop()
