@@ -220,6 +220,43 @@ async def test_missing_default_credentials_are_permanent(
     assert "Application Default Credentials" in result.error
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted-key", "untrusted-key"])
+async def test_default_credentials_from_a_key_file_publish(
+    secure_publisher: FakePublisher,
+    trusted_account: ServiceAccount,
+    untrusted_account: ServiceAccount,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    trusted: bool,
+) -> None:
+    """No ``service_account_json``: Application Default Credentials, here the key file
+    ``GOOGLE_APPLICATION_CREDENTIALS`` names. The TLS server accepts only JWTs signed by
+    the trusted key, so the untrusted file failing shows the file is what signs."""
+    account = trusted_account if trusted else untrusted_account
+    key_file = tmp_path / "adc.json"
+    key_file.write_text(account.json)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
+    await secure_publisher.create_topic(PROJECT, "events")
+    raw = {"project_id": PROJECT, "topic": "events", "endpoint_url": secure_publisher.endpoint}
+    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=True)))
+    try:
+        event = make_event()
+        result = await publish(a, raw, event)
+    finally:
+        await a.close()
+    got = find(await secure_publisher.messages(PROJECT, "events"), event.id)
+    if trusted:
+        assert result.outcome is Outcome.SUCCESS, result
+        assert got is not None
+        assert json.loads(got.data) == json.loads(event.envelope())
+        assert dict(got.attributes) == event.metadata()
+    else:
+        assert result.outcome is Outcome.FAILURE_PERMANENT, result
+        assert result.error is not None
+        assert result.error.startswith("UNAUTHENTICATED: ")
+        assert got is None
+
+
 async def test_rpc_deadline_is_the_attempt_timeout(fake_publisher: FakePublisher) -> None:
     """A server slower than the attempt's deadline: DEADLINE_EXCEEDED, and the
     channel is still good for the next attempt."""
