@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,6 +266,36 @@ async def test_credentials_from_the_environment(
         wrong = await deliver(make_adapter(kind.adapter), raw)
     assert ok.outcome is Outcome.SUCCESS, ok
     assert wrong.outcome is Outcome.FAILURE_PERMANENT
+    assert wrong.status == 403
+
+
+@each_kind
+async def test_credentials_from_a_shared_credentials_file_profile(
+    kind: Kind,
+    moto: MotoServer,
+    make_adapter: AdapterFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """No credential fields and no key in the environment: the chain reads the profile
+    ``AWS_PROFILE`` names from ``AWS_SHARED_CREDENTIALS_FILE``. IAM is enforced, and the
+    file's default profile holds a key moto does not know, so only that profile works."""
+    raw = kind.config(moto)
+    key, secret = moto.iam_user("profile-user", [kind.action])
+    path = tmp_path / "credentials"
+    path.write_text(
+        "[default]\naws_access_key_id = AKIANOTINIAM00000000\naws_secret_access_key = x\n\n"
+        f"[herald]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(path))
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(os.environ)
+    with moto.iam_enforced():
+        monkeypatch.setenv("AWS_PROFILE", "herald")
+        ok = await deliver(make_adapter(kind.adapter), raw)
+        monkeypatch.setenv("AWS_PROFILE", "default")
+        wrong = await deliver(make_adapter(kind.adapter), raw)
+    assert ok.outcome is Outcome.SUCCESS, ok
+    assert wrong.outcome is Outcome.FAILURE_PERMANENT, wrong
     assert wrong.status == 403
 
 
