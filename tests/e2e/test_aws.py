@@ -28,6 +28,7 @@ from tests.integration.aws.support import (
     s3_objects,
     sqs_metadata,
 )
+from tests.support.api import Api, error_of
 
 pytestmark = pytest.mark.e2e
 
@@ -139,3 +140,19 @@ async def test_hundred_events_to_one_destination_of_each_aws_type(
     assert all(r["detail-type"] == r["detail"]["type"] for r in routed)
 
     assert await h.astop() == 0
+
+
+async def test_unknown_s3_storage_class_is_422_over_the_api(api: Api) -> None:
+    """Checked at create time against the classes botocore's S3 model lists, so a typo
+    never reaches S3 (where every delivery would fail)."""
+    config = {"bucket": "e2e-events", "region": REGION, "storage_class": "STANDARD_INFREQUENT"}
+    status, _, body = await api.post(
+        "/v2/event-destinations",
+        json={"name": "s3", "type": "aws_s3", "aws_s3": config, "events": ["*"]},
+    )
+    assert status == 422, body
+    error = error_of(body)
+    assert (error["code"], error["field"]) == ("invalid_value", "aws_s3.storage_class")
+    assert "unknown storage class 'STANDARD_INFREQUENT'" in error["message"]
+    assert "STANDARD_IA" in error["message"]  # the classes that would do are listed
+    assert (await api.get("/v2/event-destinations"))[2]["data"] == []
