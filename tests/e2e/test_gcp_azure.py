@@ -31,6 +31,7 @@ from tests.integration.gcp.peers import (
     stop_shared_emulator,
     wait_for,
 )
+from tests.support.api import Api, error_of
 from tests.support.daemon import Herald
 
 pytestmark = pytest.mark.e2e
@@ -179,3 +180,43 @@ async def test_hundred_events_to_service_bus(herald_factory: HeraldFactory, brok
     assert broker.stored("herald-events") == []
     assert await h.astop() == 0
     secret_not_logged(h, broker.keys["herald"])
+
+
+async def test_malformed_credentials_are_422_over_the_api_without_echoing_them(
+    api: Api,
+) -> None:
+    """A Pub/Sub key that is not a service-account key, and a Service Bus connection
+    string without ``Endpoint``: refused at create time, naming the field, never
+    repeating the secret."""
+    refresh_token = "1//leak-" + uuid.uuid4().hex  # a user's ADC file, not a key
+    user_adc = {"type": "authorized_user", "client_id": "c", "refresh_token": refresh_token}
+    not_a_key = json.dumps(user_adc)
+    shared_key = "bGVhay1" + uuid.uuid4().hex
+    cases = [
+        (
+            "cloudB_pubsub",
+            {"project_id": PROJECT, "topic": "events", "service_account_json": not_a_key},
+            "cloudB_pubsub.service_account_json",
+            "must be a service account key",
+            refresh_token,
+        ),
+        (
+            "azure_servicebus",
+            {
+                "name": "herald-events",
+                "connection_string": f"SharedAccessKeyName=herald;SharedAccessKey={shared_key}",
+            },
+            "azure_servicebus.connection_string",
+            "must contain Endpoint=sb://",
+            shared_key,
+        ),
+    ]
+    for type_, config, field, message, secret in cases:
+        body = {"name": type_, "type": type_, type_: config, "events": ["*"]}
+        status, _, reply = await api.post("/v2/event-destinations", json=body)
+        assert status == 422, reply
+        error = error_of(reply)
+        assert (error["code"], error["field"]) == ("invalid_value", field), reply
+        assert message in error["message"], reply
+        assert secret not in json.dumps(reply)
+    assert (await api.get("/v2/event-destinations"))[2]["data"] == []
