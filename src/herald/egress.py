@@ -24,11 +24,13 @@ from herald.errors import EgressDenied, ValidationError
 __all__ = [
     "EgressPolicy",
     "GuardedResolver",
+    "check_target",
     "check_url_host",
     "is_public_address",
     "resolve_and_check",
 ]
 
+RESOLVE_TIMEOUT_SECONDS = 5.0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -260,3 +262,31 @@ async def resolve_and_check(host: str, policy: EgressPolicy) -> None:
         raise ValidationError(f"host {host!r} does not resolve")
     for *_, sockaddr in infos:
         policy.check_ip(str(sockaddr[0]), host)
+
+
+async def check_target(url: str, policy: EgressPolicy, *, field: str) -> None:
+    """Create-time check of where a destination sends: refuse a host that is, or resolves
+    to, an address the policy does not permit, as a ValidationError naming ``field``.
+
+    ``url`` may lack a scheme (``host:port``). Codes: ``url_not_allowed``,
+    ``url_unresolvable`` (no answer within RESOLVE_TIMEOUT_SECONDS), ``url_invalid``.
+    """
+    if "://" not in url:
+        url = f"tcp://{url}"
+    try:
+        host = URL(url).raw_host or ""
+        check_url_host(url, policy)
+        async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
+            await resolve_and_check(host, policy)
+    except TimeoutError:
+        raise ValidationError(
+            f"{host} did not resolve within {RESOLVE_TIMEOUT_SECONDS:g} s",
+            field=field,
+            code="url_unresolvable",
+        ) from None
+    except EgressDenied as exc:
+        raise ValidationError(exc.message, field=field, code="url_not_allowed") from exc
+    except ValidationError as exc:
+        raise ValidationError(exc.message, field=field, code="url_invalid") from exc
+    except ValueError as exc:
+        raise ValidationError(f"invalid URL: {exc}", field=field, code="url_invalid") from None

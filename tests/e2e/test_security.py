@@ -547,6 +547,24 @@ def strict_herald(tmp_path: Path) -> Iterator[Herald]:
         h.kill()
 
 
+ENDPOINT_BODIES: dict[str, dict[str, str]] = {
+    "aws_sqs": {
+        "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+        "endpoint_url": "http://169.254.169.254/",
+    },
+    "gcp_pubsub": {"project_id": "my-project", "topic": "events", "endpoint_url": "10.0.0.1:8085"},
+    "azure_servicebus": {
+        "name": "q",
+        "connection_string": (
+            "Endpoint=sb://ns.servicebus.windows.net/;"
+            "SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0"
+        ),
+        "endpoint_url": "sb://127.0.0.1:5672",
+    },
+    "hookdeck": {"token": "c3JjXzE6c2VjcmV0", "endpoint_url": "http://[::1]:8080"},
+}
+
+
 async def test_private_targets_are_refused_at_create_naming_webhook_url(tmp_path: Path) -> None:
     h = Herald(tmp_path, {"security": {"allow_private_networks": False}})
     await h.astart()
@@ -558,6 +576,16 @@ async def test_private_targets_are_refused_at_create_naming_webhook_url(tmp_path
                 item = error_of(body)
                 assert (item["code"], item.get("field")) == ("url_not_allowed", "webhook.url"), url
                 assert "egress denied" in item["message"], url
+            # Every type's endpoint_url is held to the same rules.
+            for type_, fields in ENDPOINT_BODIES.items():
+                body = {"name": type_, "type": type_, "events": ["*"], type_: fields}
+                status, _, answer = await api.post(DESTS, json=body)
+                assert status == 422, (type_, answer)
+                item = error_of(answer)
+                assert (item["code"], item.get("field")) == (
+                    "url_not_allowed",
+                    f"{type_}.endpoint_url",
+                ), answer
             assert (await api.get(DESTS))[2]["data"] == []
         proc = await h.acli(
             "destinations", "create", "--data", json.dumps(hook(REFUSED[3])), check=False

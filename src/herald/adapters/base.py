@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from herald.egress import EgressPolicy, check_target
 from herald.model import Destination, Event, Outcome
 
 if TYPE_CHECKING:
     from herald.config import Settings
-    from herald.egress import EgressPolicy
 
 MASK = "********"
 
@@ -129,8 +129,17 @@ class Adapter(ABC):
         return self.ctx.settings.delivery.adapter_timeout_seconds
 
     async def check(self, config: DestinationConfig) -> None:
-        """Create-time checks that need I/O (e.g. DNS); raise ValidationError."""
-        return
+        """Create-time checks that need I/O (e.g. DNS); raise ValidationError.
+
+        An ``endpoint_url`` is held to the webhook egress policy: whoever may create
+        destinations must not be able to point Herald at its own network (the cloud
+        metadata address, internal services) unless the operator allows it
+        (``security.allow_private_networks`` or ``security.allowed_networks``).
+        """
+        if config.endpoint_url is not None:
+            await check_target(
+                config.endpoint_url, self.ctx.egress, field=f"{self.type_id}.endpoint_url"
+            )
 
     @abstractmethod
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:

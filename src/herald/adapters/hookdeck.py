@@ -11,9 +11,9 @@ live in the gateway's own dashboard.
 The HTTP side is the webhook's (``herald.adapters.httpdelivery``): 2xx within
 ``delivery.webhook_timeout_seconds`` is success, redirects are not followed,
 ``Retry-After`` on 429/503 is honoured, the response excerpt is capped at 1 KiB.
-The egress guard applies to the default gateway URL; an ``endpoint_url`` given
-for the destination is, by design, not subject to it (emulators, self-hosted
-gateways).
+The egress guard applies as to a webhook, at create time and at every send, to
+the default gateway URL and to an ``endpoint_url`` alike: a self-hosted gateway
+on a private network needs its network in ``security.allowed_networks``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from pydantic import Field, field_validator
 from herald import __version__
 from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
 from herald.adapters.httpdelivery import new_session, post
-from herald.egress import EgressPolicy
 from herald.model import Destination, Event
 
 __all__ = ["DEFAULT_ENDPOINT", "HookdeckAdapter", "HookdeckConfig", "parse_token", "signature"]
@@ -42,7 +41,6 @@ DEFAULT_ENDPOINT = "https://hkdk.events"
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}", re.ASCII)
 # Source ids go into the URL path verbatim, so only path-safe characters are accepted.
 _SOURCE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}", re.ASCII)
-_UNGUARDED = EgressPolicy(allow_private=True)
 
 
 def parse_token(token: str) -> str:
@@ -110,7 +108,6 @@ class _Prepared:
     version: float
     url: str
     token: str
-    guarded: bool
 
 
 class HookdeckAdapter(Adapter):
@@ -120,30 +117,27 @@ class HookdeckAdapter(Adapter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self._session: aiohttp.ClientSession | None = None
         self._prepared: dict[str, _Prepared] = {}
 
     @property
     def timeout(self) -> float:
         return self.ctx.settings.delivery.webhook_timeout_seconds
 
-    def _session(self, *, guarded: bool) -> aiohttp.ClientSession:
-        session = self._sessions.get(guarded)
-        if session is None:
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
             settings = self.ctx.settings.delivery
-            session = self._sessions[guarded] = new_session(
-                self.ctx.egress if guarded else _UNGUARDED,
+            self._session = new_session(
+                self.ctx.egress,
                 limit=settings.max_concurrency,
                 connect_timeout=settings.webhook_timeout_seconds,
             )
-        return session
+        return self._session
 
     def _prepare(self, dest: Destination, config: HookdeckConfig) -> _Prepared:
         prepared = self._prepared.get(dest.id)
         if prepared is None or prepared.version != dest.updated_at:
-            prepared = _Prepared(
-                dest.updated_at, config.url, config.token, guarded=config.endpoint_url is None
-            )
+            prepared = _Prepared(dest.updated_at, config.url, config.token)
             self._prepared[dest.id] = prepared
         return prepared
 
@@ -158,17 +152,13 @@ class HookdeckAdapter(Adapter):
             **event.metadata(),
         }
         return await post(
-            self._session(guarded=prep.guarded),
-            prep.url,
-            body=body,
-            headers=headers,
-            egress=self.ctx.egress if prep.guarded else _UNGUARDED,
+            self._client(), prep.url, body=body, headers=headers, egress=self.ctx.egress
         )
 
     async def forget(self, dest_id: str) -> None:
         self._prepared.pop(dest_id, None)
 
     async def close(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
+        session, self._session = self._session, None
+        if session is not None:
             await session.close()

@@ -7,7 +7,6 @@ up to 1 KiB and the connection is dropped rather than drained past that.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from dataclasses import dataclass
@@ -21,12 +20,11 @@ from pydantic import Field, field_validator
 from herald import __version__
 from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
 from herald.adapters.httpdelivery import TargetCheck, new_session, post
-from herald.egress import check_url_host, resolve_and_check
-from herald.errors import EgressDenied, ValidationError
+from herald.egress import check_target
+from herald.errors import ValidationError
 from herald.model import Destination, Event
 from herald.signing import parse_secret, signature_header
 
-RESOLVE_TIMEOUT_SECONDS = 5.0
 # Headers Herald owns: a custom header may not replace them.
 RESERVED_HEADERS = frozenset(
     {
@@ -155,21 +153,8 @@ class WebhookAdapter(Adapter):
     async def check(self, config: DestinationConfig) -> None:
         """Refuse, at create time, a URL that resolves to a non-public address."""
         assert isinstance(config, WebhookConfig)
-        host = urlsplit(config.url).hostname or ""
-        try:
-            check_url_host(config.url, self.ctx.egress)
-            async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
-                await resolve_and_check(host, self.ctx.egress)
-        except TimeoutError:
-            raise ValidationError(
-                f"{host} did not resolve within {RESOLVE_TIMEOUT_SECONDS:g} s",
-                field="webhook.url",
-                code="url_unresolvable",
-            ) from None
-        except EgressDenied as exc:
-            raise ValidationError(exc.message, field="webhook.url", code="url_not_allowed") from exc
-        except ValidationError as exc:
-            raise ValidationError(exc.message, field="webhook.url", code="url_invalid") from exc
+        await super().check(config)
+        await check_target(config.url, self.ctx.egress, field="webhook.url")
 
     def _prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
         prepared = self._prepared.get(dest.id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import json
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -61,7 +62,8 @@ class TestHookdeckContract(AdapterContract):
 @pytest.fixture
 async def adapter() -> AsyncIterator[HookdeckAdapter]:
     settings = Settings(delivery=DeliverySettings(webhook_timeout_seconds=1.5))
-    a = HookdeckAdapter(AdapterContext(settings=settings, egress=EgressPolicy()))
+    # The gateway stand-in is on loopback, which the default policy refuses.
+    a = HookdeckAdapter(AdapterContext(settings=settings, egress=EgressPolicy(allow_private=True)))
     yield a
     await a.close()
 
@@ -100,25 +102,40 @@ def test_known_answer_signature() -> None:
     )
 
 
-async def test_egress_guard_applies_to_the_default_gateway_url_only(
+async def test_egress_guard_applies_to_the_default_url_and_to_an_endpoint_url(
     gateway: Gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The default URL is checked like a webhook's; an endpoint_url is not (per the design)."""
+    """Both are checked like a webhook's URL, at create time and at send time; a gateway
+    on a private network passes once its network is allowed."""
     token = gateway.add_source("src_guard")
     monkeypatch.setattr(hookdeck, "DEFAULT_ENDPOINT", gateway.url)  # a loopback "default"
-    guarded = HookdeckAdapter(
+    strict = HookdeckAdapter(
         AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=False))
     )
+    loopback = (ipaddress.ip_network("127.0.0.0/8"),)
+    allowing = HookdeckAdapter(
+        AdapterContext(settings=Settings(), egress=EgressPolicy(allowed_networks=loopback))
+    )
     try:
-        denied, _ = await send(guarded, {"token": token})
-        assert denied.outcome is Outcome.FAILURE_PERMANENT, denied
-        assert denied.error is not None
-        assert "egress denied" in denied.error
-        assert gateway.received == []
-        allowed, _ = await send(guarded, {"token": token, "endpoint_url": gateway.url})
+        for raw in ({"token": token}, {"token": token, "endpoint_url": gateway.url}):
+            denied, _ = await send(strict, raw)
+            assert denied.outcome is Outcome.FAILURE_PERMANENT, denied
+            assert denied.error is not None
+            assert "egress denied" in denied.error
+            assert gateway.received == []
+        with pytest.raises(ValidationError) as refused:
+            await strict.check(HookdeckConfig(token=token, endpoint_url=gateway.url))
+        assert (refused.value.code, refused.value.field) == (
+            "url_not_allowed",
+            "hookdeck.endpoint_url",
+        )
+        config = {"token": token, "endpoint_url": gateway.url}
+        await allowing.check(HookdeckConfig.model_validate(config))
+        allowed, _ = await send(allowing, config)
         assert allowed.outcome is Outcome.SUCCESS, allowed
     finally:
-        await guarded.close()
+        await strict.close()
+        await allowing.close()
 
 
 @pytest.mark.parametrize(
