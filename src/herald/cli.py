@@ -434,23 +434,12 @@ async def _cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     rate = args.rate if args.rate is not None else settings.delivery.replay_rate_per_second
     async with components(settings) as comp:
         result = await comp.service.replay(
-            flt, dry_run=args.dry_run, progress=progress, rate_per_second=rate or None
+            flt,
+            by=f"cli:{getpass.getuser()}",
+            dry_run=args.dry_run,
+            progress=progress,
+            rate_per_second=rate or None,
         )
-    structlog.get_logger("herald.replay").info(
-        "replay",
-        by=f"{getpass.getuser()}@cli",
-        tenant_id=args.tenant,
-        destination_id=flt.destination_id,
-        status=flt.status.value if flt.status else None,
-        event_types=list(flt.event_types),
-        since=args.since,
-        until=args.until,
-        ids=len(flt.ids),
-        dry_run=args.dry_run,
-        matched=result.matched,
-        requeued=result.requeued,
-        rate_per_second=rate,
-    )
     if sys.stderr.isatty() and not args.dry_run and result.matched:
         sys.stderr.write("\n")
     if args.json:

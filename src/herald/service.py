@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+import structlog
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
@@ -43,6 +44,8 @@ ROTATION_WINDOW_SECONDS = 24 * 3600
 MAX_NAME_LENGTH = 255
 MAX_PATTERNS = 100
 REPLAY_BATCH = 500
+
+replay_log = structlog.get_logger("herald.replay")
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +462,7 @@ class DestinationService:
         self,
         flt: DeliveryFilter,
         *,
+        by: str = "service",
         dry_run: bool = False,
         sample_size: int = 5,
         rate_per_second: float | None = None,
@@ -468,11 +472,39 @@ class DestinationService:
 
         With ``rate_per_second``, re-queued deliveries become due in one-second
         steps of that many, so a large replay never floods a recovering endpoint.
+        ``by`` says who asked (``cli:<OS user>``, ``api:<tenant>``); every replay,
+        dry or not, is logged here once with who, the filter and how many, so the
+        CLI and the API cannot drift apart in what the audit trail records.
         """
         total = await self.store.count_deliveries(flt)
         sample, _ = await self.list_deliveries(flt, limit=sample_size)
-        if dry_run or total == 0:
-            return ReplayResult(total, 0, sample, dry_run)
+        requeued = 0
+        if not dry_run and total:
+            requeued = await self._requeue_matching(flt, total, rate_per_second, progress)
+        replay_log.info(
+            "replay",
+            by=by,
+            tenant_id=flt.tenant_id,
+            destination_id=flt.destination_id,
+            status=flt.status.value if flt.status else None,
+            event_types=list(flt.event_types),
+            since=format_epoch(flt.since) if flt.since is not None else None,
+            until=format_epoch(flt.until) if flt.until is not None else None,
+            ids=len(flt.ids),
+            dry_run=dry_run,
+            matched=total,
+            requeued=requeued,
+            rate_per_second=rate_per_second or None,
+        )
+        return ReplayResult(total, requeued, sample, dry_run)
+
+    async def _requeue_matching(
+        self,
+        flt: DeliveryFilter,
+        total: int,
+        rate_per_second: float | None,
+        progress: Callable[[int, int], None],
+    ) -> int:
         step = max(int(rate_per_second), 1) if rate_per_second else None
         requeued = 0
         seen = 0
@@ -496,7 +528,7 @@ class DestinationService:
             before = batch[-1].id
             progress(min(seen, total), total)
             self._on_change()
-        return ReplayResult(total, requeued, sample, dry_run)
+        return requeued
 
     # --- events -------------------------------------------------------------
     async def publish(

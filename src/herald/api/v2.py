@@ -505,15 +505,13 @@ class Api:
             since=self._when(body, "since"),
             until=self._when(body, "until"),
         )
-        result = await self.service.replay(flt, dry_run=body.dry_run)
-        log.info(
-            "replay",
-            destination_id=dest.id,
-            tenant_id=request[TENANT],
-            matched=result.matched,
-            requeued=result.requeued,
+        # The same rate as `herald replay`: an API replay must not flood a recovering
+        # endpoint either. Keys carry no id of their own, so the tenant names the caller.
+        result = await self.service.replay(
+            flt,
+            by=f"api:{request[TENANT]}",
             dry_run=body.dry_run,
-            by="api",
+            rate_per_second=self.settings.delivery.replay_rate_per_second or None,
         )
         self.wake()
         return self._respond(
