@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import time
 from collections import Counter
@@ -14,19 +15,28 @@ from aiohttp import web
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import wait_active, wait_deliveries
+from tests.support.api import open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Received, Receiver
 
 pytestmark = pytest.mark.e2e
 
 
+API_REPLAY_RATE = 3  # the daemon's delivery.replay_rate_per_second
+
+
 class Scenario:
-    """Two destinations whose receivers fail every event (max_retries = 0), so every
-    delivery ends `failure` after one attempt; a replay's arrivals are then exact."""
+    """Two destinations whose receivers fail every event while ``failing`` (max_retries
+    = 0), so every delivery ends `failure` after one attempt; a replay's arrivals are
+    then exact. The fixture leaves ``failing`` off: replayed deliveries succeed."""
 
     def __init__(self, h: Herald, receivers: list[Receiver], dests: list[str]) -> None:
         self.h, self.receivers, self.dests = h, receivers, dests
         self.failing = True
+
+    def clear(self) -> None:
+        for r in self.receivers:
+            r.received.clear()
 
     def arrivals(self) -> Counter[str]:
         return Counter(
@@ -52,28 +62,26 @@ class Scenario:
 
 @pytest.fixture
 async def scenario(herald_factory: HeraldFactory) -> AsyncIterator[Scenario]:
-    h = herald_factory({"delivery": {"max_retries": 0}})
-    state = {"fail": True}
+    h = herald_factory({"delivery": {"max_retries": 0, "replay_rate_per_second": API_REPLAY_RATE}})
+    receivers: list[Receiver] = []
+    s = Scenario(h, receivers, [])
 
     def behaviour(item: Received) -> web.StreamResponse:
-        if item.type == "destination.verification" or not state["fail"]:
+        if item.type == "destination.verification" or not s.failing:
             return web.Response(status=204)
         return web.Response(status=500)
 
-    receivers = [await Receiver(secrets=[SECRET], behaviour=behaviour).start() for _ in range(2)]
-    dests = []
+    receivers += [await Receiver(secrets=[SECRET], behaviour=behaviour).start() for _ in range(2)]
     for i, r in enumerate(receivers):
         dest = await h.acreate_webhook(r.url, secret=SECRET, name=f"d{i}")
         await wait_active(h, dest["id"])
-        dests.append(dest["id"])
-    s = Scenario(h, receivers, dests)
+        s.dests.append(dest["id"])
     h.insert_events([(f"evt_a{i}", "default", "order.created", "{}") for i in range(3)])
     h.insert_events([(f"evt_b{i}", "default", "order.paid", "{}") for i in range(2)])
     await wait_deliveries(h, "status = 'failure' AND kind = 'event'", 10)
     await s.settle(10)
-    state["fail"] = False
-    for r in receivers:
-        r.received.clear()
+    s.failing = False
+    s.clear()
     yield s
     for r in receivers:
         await r.stop()
@@ -157,30 +165,162 @@ async def test_by_delivery_ids_and_file(scenario: Scenario, tmp_path: Path) -> N
     assert Counter(scenario.arrivals()) == Counter(r[0] for r in replayed)
 
 
+async def test_by_status_alone_over_mixed_outcomes(scenario: Scenario) -> None:
+    # Destination 1's five succeed on a replay, destination 0's five stay `failure`.
+    out = await scenario.replay("--destination", scenario.dests[1])
+    assert out["requeued"] == 5
+    await scenario.settle(5)
+    scenario.clear()
+    out = await scenario.replay("--status", "failure")
+    assert (out["matched"], out["requeued"]) == (5, 5)
+    await scenario.settle(5)
+    assert scenario.receivers[1].received == []
+    assert scenario.arrivals() == Counter(["evt_a0", "evt_a1", "evt_a2", "evt_b0", "evt_b1"])
+    failed = scenario.h.query("SELECT COUNT(*) FROM herald_deliveries WHERE status = 'failure'")
+    assert failed == [(0,)]
+
+
 async def test_by_tenant(scenario: Scenario) -> None:
+    h = scenario.h
     out = await scenario.replay("--tenant", "someone-else")
     assert out["matched"] == 0
     await asyncio.sleep(0.4)
     assert scenario.arrivals() == Counter()
 
+    # A second tenant with failed deliveries of its own, to the same receiver.
+    scenario.failing = True
+    other = await h.acreate_webhook(
+        scenario.receivers[0].url, secret=SECRET, name="g", tenant="globex"
+    )
+    await wait_active(h, other["id"])
+    h.insert_events([(f"evt_g{i}", "globex", "order.created", "{}") for i in range(2)])
+    await wait_deliveries(h, "status = 'failure' AND tenant_id = 'globex'", 2)
+    await scenario.settle(2)
+    scenario.failing = False
+    scenario.clear()
 
-async def test_replay_is_logged_and_rate_limited(scenario: Scenario) -> None:
-    proc = await scenario.h.acli("replay", "--status", "failure", "--rate", "4")
+    # (`matched` also counts the destination's verification, which is not replayable.)
+    out = await scenario.replay("--tenant", "globex")
+    assert out["requeued"] == 2
+    await scenario.settle(2)
+    assert scenario.arrivals() == Counter(["evt_g0", "evt_g1"])
+    scenario.clear()
+    out = await scenario.replay("--tenant", "default")
+    assert out["requeued"] == 10
+    await scenario.settle(10)
+    assert scenario.arrivals() == Counter({f"evt_{x}": 2 for x in ("a0", "a1", "a2", "b0", "b1")})
+
+
+async def deactivate(scenario: Scenario) -> None:
+    """Pause both destinations: replayed deliveries are then held, never attempted,
+    and keep exactly the ``next_attempt_at`` the replay gave them."""
+    for dest_id in scenario.dests:
+        await scenario.h.acli("destinations", "update", dest_id, "--data", '{"status": "inactive"}')
+
+
+def assert_spread(h: Herald, count: int, per_second: int, start: float, end: float) -> None:
+    due = sorted(
+        r[0]
+        for r in h.query(
+            "SELECT next_attempt_at FROM herald_deliveries WHERE kind = 'event'"
+            " AND status = 'pending' AND held = 1"
+        )
+    )
+    assert len(due) == count
+    assert start - 0.5 <= due[0] <= end + 0.5  # the first chunk is due when the replay ran
+    # The k-th chunk of `per_second` deliveries is due k seconds after the first.
+    assert [round(d - due[0], 3) for d in due] == [i // per_second for i in range(count)]
+
+
+async def test_cli_replay_is_logged_and_rate_limited(scenario: Scenario) -> None:
+    h = scenario.h
+    await deactivate(scenario)
+    start = time.time()
+    proc = await h.acli("replay", "--status", "failure", "--rate", "4")
+    end = time.time()
     assert "re-queued 10 of 10" in proc.stdout
     logged = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     entry = next(e for e in logged if e.get("event") == "replay")
-    assert entry["matched"] == 10
-    assert entry["requeued"] == 10
-    assert entry["by"].endswith("@cli")
-    assert entry["rate_per_second"] == 4
-    due = sorted(
-        r[0]
-        for r in scenario.h.query(
-            "SELECT next_attempt_at FROM herald_deliveries WHERE kind = 'event'"
-            " AND status = 'pending' AND attempt_count = 1"
-        )
+    assert entry["by"] == f"cli:{getpass.getuser()}"
+    assert (entry["tenant_id"], entry["status"], entry["destination_id"]) == (
+        "default",
+        "failure",
+        None,
     )
-    # 10 deliveries at 4 per second: due over three one-second steps, not all at once.
-    if len(due) == 10:
-        assert due[-1] - due[0] >= 2
-    await scenario.settle(10)
+    assert (entry["matched"], entry["requeued"], entry["rate_per_second"]) == (10, 10, 4)
+    # 10 deliveries at 4 per second: due at +0 s (4), +1 s (4) and +2 s (2).
+    assert_spread(h, 10, 4, start, end)
+
+
+async def test_api_replay_is_logged_and_rate_limited(scenario: Scenario) -> None:
+    h = scenario.h
+    await deactivate(scenario)
+    async with open_api(h, "default") as api:
+        key = api.key
+        start = time.time()
+        status, _, body = await api.post(
+            f"/v2/event-destinations/{scenario.dests[0]}/replay", json={"status": "failure"}
+        )
+        end = time.time()
+    assert status == 202, body
+    assert (body["matched"], body["requeued"]) == (5, 5)
+    # The configured delivery.replay_rate_per_second (3): due at +0 s (3) and +1 s (2).
+    assert_spread(h, 5, API_REPLAY_RATE, start, end)
+    entry = next(e for e in h.log_events() if e.get("event") == "replay")
+    assert entry["by"] == "api:default"
+    assert (entry["tenant_id"], entry["destination_id"], entry["status"]) == (
+        "default",
+        scenario.dests[0],
+        "failure",
+    )
+    assert (entry["matched"], entry["requeued"]) == (5, 5)
+    assert entry["rate_per_second"] == API_REPLAY_RATE
+    assert key is not None
+    assert key not in h.log()  # who asked is the tenant, never the key
+
+
+async def test_deliveries_list_and_show_print_tables(scenario: Scenario) -> None:
+    h = scenario.h
+    listed = (await h.acli("deliveries", "list", "--destination", scenario.dests[0])).stdout
+    lines = listed.splitlines()
+    assert lines[0].split() == [
+        "ID",
+        "EVENT",
+        "TYPE",
+        "DESTINATION",
+        "STATUS",
+        "ATTEMPTS",
+        "LAST",
+        "HTTP",
+        "NEXT",
+        "ATTEMPT",
+        "CREATED",
+    ]
+    kinds = {
+        r[0]: (r[1], r[2])
+        for r in h.query(
+            "SELECT id, event_type, kind FROM herald_deliveries WHERE destination_id = ?",
+            (scenario.dests[0],),
+        )
+    }
+    assert len(lines) == 1 + len(kinds) == 7  # five events and the verification
+    events = [line.split() for line in lines[1:] if kinds[line.split()[0]][1] == "event"]
+    assert len(events) == 5
+    for cells in events:
+        # id, type, destination, status, attempts, last http, next attempt ("-"), created
+        assert cells[1:7] == [kinds[cells[0]][0], scenario.dests[0], "failure", "1", "500", "-"]
+
+    delivery_id = events[0][0]
+    shown = (await h.acli("deliveries", "show", delivery_id)).stdout
+    fields = dict(
+        line.split(None, 1) for line in shown.split("\n\n")[0].splitlines() if line.strip()
+    )
+    assert fields["id"] == delivery_id
+    assert fields["destination_id"] == scenario.dests[0]
+    assert (fields["status"], fields["attempt_count"]) == ("failure", "1")
+    attempts = shown.split("\n\n")[1].splitlines()
+    assert attempts[0].split() == ["ATTEMPT", "STARTED", "MS", "OUTCOME", "STATUS", "ERROR"]
+    assert len(attempts) == 2
+    number, _, _, _ms, outcome, code, *error = attempts[1].split()
+    assert (number, outcome, code) == ("1", "failure_retryable", "500")
+    assert error, "the failed attempt's error is shown"
