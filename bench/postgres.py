@@ -3,10 +3,14 @@
 Each configuration gets a fresh database; three instances share it, the
 same ``security.encryption_key`` and each its own ``api.listen``.
 
-- throughput: N events pre-loaded in the outbox, one signed webhook
-  destination on nginx; deliveries/s from spawning the first instance to the
-  last success (Herald's own ``updated_at``), as in ``throughput``;
-- latency: the steady producer of ``latency`` (1,000 events/s for 30 s).
+- throughput: the issue's scale-out, N events (20,000) pre-loaded in the
+  outbox to 5 signed webhook destinations on nginx (5 N deliveries);
+  deliveries/s from spawning the first instance to the last success (Herald's
+  own ``updated_at``), as in ``throughput``. One destination would measure
+  ``delivery.max_per_destination`` as much as the instances;
+- latency: the steady producer of ``latency`` (1,000 events/s for 30 s) to one
+  destination, as in ``latency``, so the two compare (five would make it
+  5,000 deliveries/s, more than this machine delivers: queueing, not latency).
 
 The ratio 3 ÷ 1 is what scaling out buys on this machine (2 cores: three
 processes compete for the same CPUs as PostgreSQL and nginx).
@@ -39,6 +43,7 @@ from bench.throughput import SECRET
 NAME = "postgres"
 HELP = "throughput and latency on PostgreSQL, one instance vs three"
 EVENTS, QUICK_EVENTS = 20_000, 2_000
+DESTINATIONS = 5
 RATE, SECONDS = 1000.0, 30.0
 QUICK_RATE, QUICK_SECONDS = 200.0, 5.0
 
@@ -48,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=None, help=f"latency events/s ({RATE:g})")
     parser.add_argument("--seconds", type=float, default=None, help=f"latency run ({SECONDS:g})")
     parser.add_argument("--instances", default="1,3", help="instance counts (%(default)s)")
+    parser.add_argument(
+        "--destinations",
+        type=int,
+        default=DESTINATIONS,
+        help="webhook destinations of the burst, each taking every event (%(default)s)",
+    )
     parser.add_argument("--quick", action="store_true", help="2,000 events; 200 events/s for 5 s")
     parser.add_argument("--timeout", type=float, default=DEFAULT_PHASE_TIMEOUT)
 
@@ -62,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     rate = args.rate or (QUICK_RATE if args.quick else RATE)
     seconds = args.seconds or (QUICK_SECONDS if args.quick else SECONDS)
     counts = [int(c) for c in args.instances.split(",")]
+    dests = args.destinations
     load_before = load_avg()
     bursts: dict[int, Burst] = {}
     flows: dict[int, Steady] = {}
@@ -73,12 +85,13 @@ def run(args: argparse.Namespace) -> int:
                 sub.mkdir()
                 with postgres_database() as db:
                     insts = _instances(sub, count, db)
-                    setup_webhooks(insts[0], [recv.url], SECRET, Deadline("setup", args.timeout))
+                    urls = [f"{recv.base}/burst-{count}/{i}" for i in range(dests)]
+                    setup_webhooks(insts[0], urls, SECRET, Deadline("setup", args.timeout))
                     load = insts[0].preload(events)
                     log(f"{count} instance(s): pre-loaded {events} rows in {load:.2f} s")
                     bursts[count] = burst(
                         insts,
-                        deliveries=events,
+                        deliveries=events * dests,
                         events=events,
                         deadline=Deadline(f"burst x{count}", args.timeout),
                     )
@@ -105,20 +118,29 @@ def run(args: argparse.Namespace) -> int:
     load_after = load_avg()
     print(f"\nPostgreSQL, 1 vs 3 instances; {machine()}")
     print(f"receiver {recv.kind}; load average (1 min) before/after: {load_before}/{load_after}")
-    print(f"\nthroughput, {events} pre-loaded events to one webhook:")
+    print(f"\nthroughput, {events} pre-loaded events to {dests} webhooks:")
     print(
         grid(
-            ["instances", "events", "seconds", "deliveries/s", "relay/s", "RSS MiB each"],
+            ["instances", "deliveries", "seconds", "deliveries/s", "relay ev/s", "RSS MiB each"],
             [
-                [f"x{c}", b.events, round(b.seconds, 2), b.per_s, b.relay_per_s, str(b.rss_mb)]
+                [
+                    f"x{c}",
+                    b.deliveries,
+                    round(b.seconds, 2),
+                    b.per_s,
+                    b.relay_per_s,
+                    str(b.rss_mb),
+                ]
                 for c, b in bursts.items()
             ],
         )
     )
-    print(f"\nlatency at {rate:g} events/s for {seconds:g} s:")
+    print(f"\nlatency at {rate:g} events/s for {seconds:g} s to one webhook:")
     print(grid(LATENCY_HEADER, [latency_row(f"x{c}", s) for c, s in flows.items()]))
     result: dict[str, Any] = {
         "events": events,
+        "destinations": dests,
+        "deliveries": events * dests,
         "rate_per_s": rate,
         "seconds": seconds,
         "throughput": {
