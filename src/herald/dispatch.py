@@ -12,6 +12,7 @@ processes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from herald.model import (
     DueDelivery,
     Outcome,
 )
-from herald.retry import Backoff, RetryPolicy
+from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import Store
 
 log = structlog.get_logger("herald.dispatch")
@@ -102,7 +103,6 @@ class Recorder:
         self._ready.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        delay = 0.05
         while True:
             if not self._pending:
                 self._idle.set()
@@ -118,19 +118,16 @@ class Recorder:
                     w.cancel()
                 continue
             batch, self._pending = self._pending, []
-            try:
-                await self._store.record_attempts(batch)
-            except StorageError as exc:
-                # Put the batch back in front: nothing is dropped, order is kept.
+
+            def trouble(exc: StorageError, delay: float, count: int = len(batch)) -> None:
                 self.storage_error = exc.message
-                self._pending = batch + self._pending
-                log.error(
-                    "record_attempts_failed", error=exc.message, retry_in=delay, count=len(batch)
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            delay = 0.05
+                log.error("record_attempts_failed", error=exc.message, retry_in=delay, count=count)
+
+            # An outcome that cannot be written is retried until it is, even while
+            # stopping: nothing is dropped, and the batch keeps its place in line.
+            await retry_storage(
+                functools.partial(self._store.record_attempts, batch), on_error=trouble, first=0.05
+            )
             self.storage_error = None
             self.unwritten -= len(batch)
             self._on_flush(batch)
@@ -192,7 +189,6 @@ class Dispatcher:
         """Holding their destination's slot, waiting for a global one."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
-        self._backoff = Backoff()
         self.recorder = Recorder(store, on_flush=self._flushed)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
@@ -269,28 +265,25 @@ class Dispatcher:
                 continue
             want = min(free, lim.claim_batch)
             saturated = [d for d, n in self._outstanding.items() if n >= lim.max_per_destination]
-            now = time.time()
-            try:
-                due = await self._store.claim_due(
-                    now=now,
-                    limit=want,
-                    owner=self.owner,
-                    lease_until=now + lim.lease_seconds,
-                    exclude_destinations=saturated,
-                )
-                await self._start(due)
-                if len(due) >= want:
-                    continue
-                next_due = await self._store.next_due_at()
-            except StorageError as exc:
-                # Claims are transactional: a failed one leased nothing. Wait, retry.
-                self._claim_error = exc.message
-                delay = self._backoff.next()
-                log.warning("claim_storage_error", error=exc.message, retry_in=delay)
-                await self._sleep(stop, delay, slot=False)
+            # Claims are transactional: a failed one leased nothing, so it is retried
+            # as it is (a retry only ever asks for less than there is room for).
+            retrying = functools.partial(
+                retry_storage,
+                on_error=self._claim_trouble,
+                sleep=functools.partial(self._sleep, stop, slot=False),
+                until=stop.is_set,
+            )
+            due = await retrying(functools.partial(self._claim_due, want, saturated))
+            if due is None:
+                continue  # stopping
+            await self._start(due)
+            if len(due) >= want:
+                self._claim_error = None
+                continue
+            next_due = await retrying(self._store.next_due_at)
+            if stop.is_set():
                 continue
             self._claim_error = None
-            self._backoff.reset()
             if next_due is None:
                 await self._sleep(stop, lim.idle_poll, slot=False)
             elif next_due <= time.time():
@@ -298,6 +291,20 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=True)
             else:
                 await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
+
+    async def _claim_due(self, want: int, saturated: list[str]) -> list[DueDelivery]:
+        now = time.time()
+        return await self._store.claim_due(
+            now=now,
+            limit=want,
+            owner=self.owner,
+            lease_until=now + self._limits.lease_seconds,
+            exclude_destinations=saturated,
+        )
+
+    def _claim_trouble(self, exc: StorageError, delay: float) -> None:
+        self._claim_error = exc.message
+        log.warning("claim_storage_error", error=exc.message, retry_in=delay)
 
     def _free(self) -> int:
         """Deliveries this dispatcher can take on now."""

@@ -35,7 +35,7 @@ from herald.model import (
     Rejection,
     RelayPlan,
 )
-from herald.retry import Backoff, RetryPolicy
+from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import STALE_CATALOG, Store
 from herald.timeutil import format_epoch, now, parse_timestamp
 
@@ -265,21 +265,24 @@ class Relay:
         notified = await self._store.watch_outbox(self.wake)
         if notified:
             log.info("relay_listening", channel="herald_outbox")
-        backoff = Backoff()
+
+        def trouble(exc: StorageError, delay: float) -> None:
+            # The database is away (locked, restarting, unreachable, full): nothing was
+            # claimed or lost, so wait and try again; /readyz reports it meanwhile.
+            self.storage_error = exc.message
+            log.warning("relay_storage_error", error=exc.message, retry_in=delay)
+
         try:
             while not stop.is_set():
-                try:
-                    count = await self.run_once()
-                except StorageError as exc:
-                    # The database is away (locked, restarting, unreachable, full): nothing
-                    # was claimed or lost, so wait and try again; /readyz reports it.
-                    self.storage_error = exc.message
-                    delay = backoff.next()
-                    log.warning("relay_storage_error", error=exc.message, retry_in=delay)
-                    await _sleep_unless(stop, delay)
-                    continue
+                count = await retry_storage(
+                    self.run_once,
+                    on_error=trouble,
+                    sleep=functools.partial(_sleep_unless, stop),
+                    until=stop.is_set,
+                )
+                if count is None:
+                    break  # stopping while the database is away
                 self.storage_error = None
-                backoff.reset()
                 if count >= self._batch:
                     continue
                 self._wake.clear()

@@ -4,11 +4,22 @@ After failed attempt *k* (1-based) the next runs ``base × 2^(k−1)`` later:
 30 s, 60 s, 120 s … 15 360 s with the defaults; after ``max_retries`` retries
 (``max_retries + 1`` attempts) the delivery is ``failure``. A ``Retry-After``
 from the receiver can push the next attempt later, never earlier.
+
+Database trouble is retried apart from that schedule, by :func:`retry_storage`.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+import tenacity
+
+from herald.errors import StorageError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +64,42 @@ class RetryPolicy:
         return [self.delay(k) for k in range(1, self.max_retries + 1)]
 
 
-class Backoff:
-    """Exponential delays for retrying a database that went away: 0.1 s doubling to 5 s."""
+async def retry_storage(
+    call: Callable[[], Awaitable[T]],
+    *,
+    on_error: Callable[[StorageError, float], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    until: Callable[[], bool] = lambda: False,
+    first: float = 0.1,
+    cap: float = 5.0,
+) -> T | None:
+    """Run ``call`` until it does not raise StorageError, and return its result.
 
-    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
-        self._first, self._cap, self._next = first, cap, first
+    For a database that went away (locked, restarting, unreachable, full): after each
+    failure ``on_error(error, delay)`` is told (to log it, to make /readyz unready)
+    and ``sleep(delay)`` waits, ``first`` seconds doubling up to ``cap``. Returns None
+    without another try once ``until()`` is true after a failure (the caller is
+    stopping). Any other exception propagates at once.
+    """
 
-    def next(self) -> float:
-        delay, self._next = self._next, min(self._next * 2, self._cap)
-        return delay
+    def told(state: tenacity.RetryCallState) -> None:
+        assert state.outcome is not None
+        assert state.next_action is not None
+        error = state.outcome.exception()
+        assert isinstance(error, StorageError)
+        on_error(error, state.next_action.sleep)
 
-    def reset(self) -> None:
-        self._next = self._first
+    retrying = tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception_type(StorageError),
+        wait=tenacity.wait_exponential(multiplier=first, max=cap),
+        stop=lambda _: until(),
+        sleep=sleep,
+        before_sleep=told,
+        reraise=True,
+    )
+    try:
+        return await retrying(call)
+    except StorageError:
+        if until():
+            return None
+        raise

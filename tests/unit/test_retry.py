@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from herald.retry import RetryPolicy
+from herald.errors import StorageError
+from herald.retry import RetryPolicy, retry_storage
 
 
 def test_default_schedule_is_30s_doubling_ten_times() -> None:
@@ -49,3 +50,65 @@ def test_single_attempt_budget_never_retries() -> None:
 def test_attempt_numbers_start_at_one() -> None:
     with pytest.raises(ValueError, match="from 1"):
         RetryPolicy().delay(0)
+
+
+# --- retry_storage: database trouble, apart from the delivery schedule ------------------
+
+
+class Flaky:
+    """Fails with StorageError ``failures`` times, then answers 42."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def __call__(self) -> int:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise StorageError(f"database is locked ({self.calls})")
+        return 42
+
+
+async def test_retry_storage_backs_off_exponentially_until_it_succeeds() -> None:
+    told: list[tuple[str, float]] = []
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    call = Flaky(8)
+    result = await retry_storage(
+        call, on_error=lambda exc, delay: told.append((exc.message, delay)), sleep=sleep
+    )
+    assert result == 42
+    assert call.calls == 9
+    assert slept == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert told == [(f"database is locked ({n})", d) for n, d in enumerate(slept, 1)]
+
+
+async def test_retry_storage_gives_up_only_when_told_to_stop() -> None:
+    stopping = False
+    call = Flaky(1000)
+
+    async def sleep(delay: float) -> None:
+        nonlocal stopping
+        stopping = call.calls >= 3
+
+    result = await retry_storage(
+        call, on_error=lambda exc, delay: None, sleep=sleep, until=lambda: stopping
+    )
+    assert result is None
+    assert call.calls == 4  # the try after the stop was asked for, then no more
+
+
+async def test_retry_storage_lets_other_errors_through_at_once() -> None:
+    calls = 0
+
+    async def broken() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("a bug, not the database")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await retry_storage(broken, on_error=lambda exc, delay: None)
+    assert calls == 1

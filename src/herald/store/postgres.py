@@ -36,7 +36,7 @@ from herald.model import (
     OutboxRow,
     RelayPlan,
 )
-from herald.retry import Backoff
+from herald.retry import retry_storage
 from herald.store.base import STALE_CATALOG, IdempotencyRecord, RelayProcessor, load_migrations
 from herald.store.rows import (
     ATTEMPT_COLUMNS,
@@ -242,18 +242,23 @@ class PostgresStore:
         )
 
     async def _reconnect_listener(self) -> None:
-        backoff = Backoff(first=0.2, cap=5.0)
-        while not self._closing:
-            await asyncio.sleep(backoff.next())
+        async def listen() -> bool:
+            if self._closing:
+                return False
             try:
                 await self._listen()
             except _DB_ERRORS as exc:
-                log.warning("outbox_listener_reconnect_failed", error=_wrap(exc).message)
-                continue
+                raise _wrap(exc) from exc
+            return True
+
+        def trouble(exc: StorageError, delay: float) -> None:
+            log.warning("outbox_listener_reconnect_failed", error=exc.message, retry_in=delay)
+
+        await asyncio.sleep(0.2)
+        if await retry_storage(listen, on_error=trouble, until=lambda: self._closing, first=0.4):
             log.info("outbox_listener_restored", channel=NOTIFY_CHANNEL)
             assert self._on_notify is not None
             self._on_notify()  # whatever was inserted while nobody listened
-            return
 
     # --- outbox ---------------------------------------------------------------
     async def relay(
