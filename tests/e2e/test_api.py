@@ -680,6 +680,92 @@ async def test_request_ids(api: Api) -> None:
     assert len(seen) == 4
 
 
+async def api_log_lines(h: Herald, *request_ids: str) -> dict[str, dict[str, Any]]:
+    """The daemon's ``api_request`` log line of each request id (waits for them)."""
+    found: dict[str, dict[str, Any]] = {}
+
+    async def logged() -> bool:
+        found.clear()
+        for line in h.log_events():
+            if line.get("event") == "api_request" and line.get("request_id") in request_ids:
+                assert line["request_id"] not in found, f"logged twice: {line}"
+                found[line["request_id"]] = line
+        return len(found) == len(request_ids)
+
+    await eventually(logged, timeout=5, what=f"log lines of {request_ids}")
+    return found
+
+
+async def test_every_api_request_is_logged_with_its_request_id(herald: Herald, api: Api) -> None:
+    """One structured line per /v2 request, with the id the caller got back, and neither
+    the Authorization header nor the body; probes and scrapes stay out of the info log."""
+    async with api.with_key(None) as anonymous:
+        for probe in ("/healthz", "/readyz", "/metrics"):
+            assert (await anonymous.get(probe))[0] == 200, probe
+    status, created_headers, dest = await api.post(DESTS, json=hook(dead_url(), secret=SECRET))
+    assert status == 201, dest
+    status, missing_headers, _ = await api.get(f"{DESTS}/evtd_not_there")
+    assert status == 404
+    wrong_key = "sk_live_wrong-key-never-to-be-logged"
+    async with api.with_key(wrong_key) as stranger:
+        status, unauth_headers, _ = await stranger.get(DESTS, params={"limit": 5})
+    assert status == 401
+    ids = {
+        name: headers["X-Request-Id"]
+        for name, headers in (
+            ("created", created_headers),
+            ("missing", missing_headers),
+            ("unauthorized", unauth_headers),
+        )
+    }
+    lines = await api_log_lines(herald, *ids.values())
+    created, missing, unauthorized = (lines[ids[n]] for n in ("created", "missing", "unauthorized"))
+    assert (created["method"], created["path"], created["status"]) == ("POST", DESTS, 201)
+    assert (missing["method"], missing["path"], missing["status"]) == (
+        "GET",
+        f"{DESTS}/evtd_not_there",
+        404,
+    )
+    assert (unauthorized["method"], unauthorized["path"]) == ("GET", DESTS)
+    assert unauthorized["status"] == 401
+    assert created["tenant_id"] == missing["tenant_id"] == "acme"
+    assert "tenant_id" not in unauthorized  # no valid key, no tenant
+    for line in lines.values():
+        assert line["level"] == "info"
+        assert isinstance(line["duration_ms"], float)
+        assert 0 <= line["duration_ms"] < 10_000
+    text = herald.log()
+    assert api.key is not None
+    for secret in (api.key, wrong_key, SECRET, SECRET.removeprefix("whsec_")):
+        assert secret not in text
+    assert not [
+        line
+        for line in herald.log_events()
+        if line.get("path") in ("/healthz", "/readyz", "/metrics")
+    ], "probes are logged at debug level only"
+
+
+async def test_an_idempotent_replay_is_logged_with_both_request_ids(
+    herald: Herald, api: Api
+) -> None:
+    """A replayed error answers with the first request's id (body and header); the log
+    line of the replay has its own id and names the one the caller got."""
+    key = {"Idempotency-Key": "logged-twice"}
+    _, first_headers, _ = await api.post(DESTS, json=hook("/rel"), headers=key)
+    status, replay_headers, _ = await api.post(DESTS, json=hook("/rel"), headers=key)
+    assert (status, replay_headers["Idempotent-Replayed"]) == (422, "true")
+    original = first_headers["X-Request-Id"]
+    assert replay_headers["X-Request-Id"] == original
+    replays = [
+        line
+        for line in herald.log_events()
+        if line.get("event") == "api_request" and line.get("replayed_request_id") == original
+    ]
+    assert len(replays) == 1, replays
+    assert replays[0]["request_id"] != original
+    assert replays[0]["status"] == 422
+
+
 # --- pagination -----------------------------------------------------------------------------
 
 

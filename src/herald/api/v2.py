@@ -8,6 +8,7 @@ limit with the IETF RateLimit headers on every authenticated response.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
@@ -36,6 +37,7 @@ from herald.api.ratelimit import RateLimiter
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
 from herald.ids import new_id
+from herald.logs import debug_enabled
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
 from herald.service import DestinationService
 from herald.timeutil import parse_timestamp
@@ -55,6 +57,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 TENANT = web.RequestKey("tenant", str)
+
+
+def _elapsed_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def hash_key(key: str) -> str:
@@ -111,10 +117,66 @@ class Api:
     # --- middleware -------------------------------------------------------------
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
         if not request.path.startswith(PREFIX + "/") and request.path != PREFIX:
-            return await handler(request)
+            # /healthz, /readyz and /metrics are polled every few seconds by probes and
+            # scrapers: at info level they would drown the API's own lines.
+            if not debug_enabled():
+                return await handler(request)
+            plain = await handler(request)
+            log.debug(
+                "http_request",
+                method=request.method,
+                path=request.path,
+                status=plain.status,
+                duration_ms=_elapsed_ms(started),
+            )
+            return plain
         request_id = new_id("req_")
         request[REQUEST_ID] = request_id
+        response: web.StreamResponse | None = None
+        status = 500  # _handle answers every error itself; this is for its own failure
+        try:
+            response = await self._handle(request, handler, request_id)
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            status = 499  # the client went away first (nginx's code for it)
+            raise
+        finally:
+            self._access_log(request, request_id, status, response, started)
+
+    @staticmethod
+    def _access_log(
+        request: web.Request,
+        request_id: str,
+        status: int,
+        response: web.StreamResponse | None,
+        started: float,
+    ) -> None:
+        """One line per API request, keyed by the request id the caller got back.
+
+        Never the body or the headers: both may carry secrets (Authorization,
+        webhook secrets, custom_headers)."""
+        fields: dict[str, Any] = {
+            "method": request.method,
+            "path": request.path,
+            "status": status,
+            "request_id": request_id,
+            "duration_ms": _elapsed_ms(started),
+        }
+        if TENANT in request:
+            fields["tenant_id"] = request[TENANT]
+        if response is not None:
+            # An idempotent replay answers with the first request's id (header and body).
+            answered = response.headers.get("X-Request-Id", request_id)
+            if answered != request_id:
+                fields["replayed_request_id"] = answered
+        log.info("api_request", **fields)
+
+    async def _handle(
+        self, request: web.Request, handler: Handler, request_id: str
+    ) -> web.StreamResponse:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         extra_headers: dict[str, str] = {}
         try:
