@@ -21,6 +21,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from tests.e2e.conftest import SECRET, HeraldFactory
+from tests.e2e.test_ops import database_outage
 from tests.support.api import (
     Api,
     Headers,
@@ -764,6 +765,41 @@ async def test_an_idempotent_replay_is_logged_with_both_request_ids(
     assert len(replays) == 1, replays
     assert replays[0]["request_id"] != original
     assert replays[0]["status"] == 422
+
+
+async def test_500_when_the_database_is_unavailable(herald_factory: HeraldFactory) -> None:
+    """Storage trouble is a 500 with the stable code storage_unavailable and no driver
+    detail; the request id in the header finds the cause in the log."""
+    h = herald_factory({"database": {"busy_timeout_seconds": 0.3}}, start=False)
+    await h.astart()
+    async with open_api(h, "acme") as api:
+        assert (await api.get(DESTS))[0] == 200  # the key is known (and cached) by now
+        away, back = database_outage(h)
+        away()
+        try:
+            # SQLite still serves reads beside the other process's lock; writes fail.
+            status, headers, body = await api.post(DESTS, json=hook(dead_url()))
+            assert status == 500, body
+            item = error_of(body)
+            assert (item["type"], item["code"]) == ("api_error", "storage_unavailable")
+            assert item["message"] == "the database is unavailable"
+            assert "SQLite" not in json.dumps(body)
+            assert "PostgreSQL" not in json.dumps(body)
+            assert headers["X-Request-Id"] == body["request_id"]
+        finally:
+            back()
+        request_id = body["request_id"]
+        [line] = (await api_log_lines(h, request_id)).values()
+        assert (line["status"], line["method"], line["path"]) == (500, "POST", DESTS)
+        errors = [e for e in h.log_events() if e.get("event") == "api_error"]
+        assert any(
+            e.get("request_id") == request_id and e.get("code") == "storage_error" for e in errors
+        ), errors
+
+        async def recovered() -> bool:
+            return (await api.post(DESTS, json=hook(dead_url())))[0] == 201
+
+        await eventually(recovered, timeout=20, what="creates to work again")
 
 
 # --- pagination -----------------------------------------------------------------------------
