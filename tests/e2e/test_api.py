@@ -150,6 +150,69 @@ async def test_openapi_is_served_without_auth_and_equals_the_committed_file(
     }
 
 
+async def test_openapi_declares_response_headers_and_request_media_types(
+    api: Api, herald: Herald
+) -> None:
+    """Every response names the headers it carries, by reference to components.headers;
+    every request body lists the JSON media types spec 000 accepts. The live answers
+    carry what the document promises."""
+    status, _, doc = await api.get("/v2/openapi.json")
+    assert status == 200
+    declared = doc["components"]["headers"]
+    assert set(declared) >= {
+        "X-Request-Id",
+        "RateLimit",
+        "RateLimit-Policy",
+        "Retry-After",
+        "Idempotent-Replayed",
+    }
+    assert declared["X-Request-Id"]["required"] is True
+    assert declared["Retry-After"]["required"] is True
+
+    def refs(response: dict[str, Any]) -> set[str]:
+        names = set()
+        for name, header in response.get("headers", {}).items():
+            assert header == {"$ref": f"#/components/headers/{name}"}, (name, header)
+            names.add(name)
+        return names
+
+    problems = []
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            where = f"{method.upper()} {path}"
+            idempotent = any(p["name"] == "Idempotency-Key" for p in op["parameters"])
+            for code, response in op["responses"].items():
+                want = {"X-Request-Id"}
+                if code != "401":  # refused before the rate limiter counts it
+                    want |= {"RateLimit", "RateLimit-Policy"}
+                if code == "429":
+                    want.add("Retry-After")
+                if idempotent and code.startswith("2"):
+                    want.add("Idempotent-Replayed")
+                if not want <= refs(response):
+                    problems.append(f"{where} {code}: {sorted(refs(response))}")
+            if "requestBody" in op:
+                media = set(op["requestBody"]["content"])
+                if media != {"application/json", "text/json", "application/*+json"}:
+                    problems.append(f"{where} request body: {sorted(media)}")
+    assert not problems, "\n".join(problems)
+
+    # What the document says a response carries, it carries.
+    def assert_carries(headers: Headers, names: set[str]) -> None:
+        assert [n for n in names if n not in headers] == [], dict(headers)
+
+    _, headers, _ = await api.get(DESTS)
+    assert_carries(headers, {"X-Request-Id", "RateLimit", "RateLimit-Policy"})
+    _, headers, _ = await api.get(f"{DESTS}/evtd_absent")
+    assert_carries(headers, {"X-Request-Id", "RateLimit", "RateLimit-Policy"})
+    key = {"Idempotency-Key": "documented-replay"}
+    await api.post(DESTS, json=hook(dead_url()), headers=key)
+    _, headers, _ = await api.post(DESTS, json=hook(dead_url()), headers=key)
+    assert_carries(
+        headers, {"X-Request-Id", "RateLimit", "RateLimit-Policy", "Idempotent-Replayed"}
+    )
+
+
 # --- endpoints ------------------------------------------------------------------------------
 
 

@@ -16,14 +16,69 @@ from herald.api import schemas
 from herald.api.schemas import DestinationModels
 
 REF = "#/components/schemas/{model}"
+HEADER_REF = "#/components/headers/{name}"
+
+# The request body media types spec 000 names; the handlers accept exactly these
+# (herald.api.v2.JSON_TYPES), and answer anything else with 400 content_type_invalid.
+REQUEST_TYPES = ("application/json", "text/json", "application/*+json")
+
+# Response headers, declared once under components.headers and referenced by name.
+HEADERS: dict[str, dict[str, Any]] = {
+    "X-Request-Id": {
+        "description": "the request's id (req_…), also in every error body and in the log;"
+        " an idempotent replay carries the first request's id",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^req_"},
+    },
+    "RateLimit": {
+        "description": "IETF RateLimit header: remaining requests (r) and seconds until the"
+        ' window resets (t), e.g. "default";r=199;t=10. Sent on every response to a request'
+        " with a valid API key",
+        "schema": {"type": "string"},
+    },
+    "RateLimit-Policy": {
+        "description": "IETF RateLimit-Policy header: quota (q) per window of w seconds, e.g."
+        ' "default";q=200;w=10. Sent on every response to a request with a valid API key',
+        "schema": {"type": "string"},
+    },
+    "Retry-After": {
+        "description": "seconds to wait before the next request",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "Idempotent-Replayed": {
+        "description": "true when this response replays the first one sent with the same"
+        " Idempotency-Key and body",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
+}
+# Statuses answered before the rate limiter sees the request carry no RateLimit headers.
+_UNLIMITED = ("401",)
+# Statuses an idempotent create can replay: what the first request answered, short of 5xx.
+_REPLAYABLE = ("200", "201", "202", "400", "404", "409", "422")
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": REF.format(model=model.__name__)}
 
 
+def _headers(*names: str) -> dict[str, Any]:
+    return {name: {"$ref": HEADER_REF.format(name=name)} for name in names}
+
+
 def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _with_headers(status: str, response: dict[str, Any], *, idempotent: bool) -> dict[str, Any]:
+    names = ["X-Request-Id"]
+    if status not in _UNLIMITED:
+        names += ["RateLimit", "RateLimit-Policy"]
+    if status == "429":
+        names.append("Retry-After")
+    if idempotent and status in _REPLAYABLE:
+        names.append("Idempotent-Replayed")
+    return {**response, "headers": _headers(*names)}
 
 
 _ERRORS = {
@@ -61,7 +116,7 @@ def _op(
     if body is not None:
         op["requestBody"] = {
             "required": body_required,
-            "content": {"application/json": {"schema": _ref(body)}},
+            "content": {media: {"schema": _ref(body)} for media in REQUEST_TYPES},
         }
     if idempotent:
         op["parameters"].append(
@@ -69,7 +124,8 @@ def _op(
                 "name": "Idempotency-Key",
                 "in": "header",
                 "required": False,
-                "description": "same key and body within 24 h replays the first response",
+                "description": "the same key and body within 24 h (api.idempotency_ttl_seconds)"
+                " replays the first response; the same key with another body is a 422",
                 "schema": {"type": "string", "minLength": 1, "maxLength": 255},
             }
         )
@@ -270,6 +326,13 @@ def document(models: DestinationModels) -> dict[str, Any]:
     paths["/v2/event-destinations/{id}/replay"]["post"]["responses"]["200"] = _json(
         schemas.ReplayResult, "dry run: how many would be re-queued"
     )
+    for path in paths.values():
+        for op in path.values():
+            idempotent = any(p["name"] == "Idempotency-Key" for p in op["parameters"])
+            op["responses"] = {
+                status: _with_headers(status, response, idempotent=idempotent)
+                for status, response in op["responses"].items()
+            }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -281,6 +344,7 @@ def document(models: DestinationModels) -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "components": {
             "schemas": top.get("$defs", {}),
+            "headers": HEADERS,
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "sk_live_…"}
             },
