@@ -1166,6 +1166,46 @@ async def test_idempotent_create_and_publish(api: Api, receiver: Receiver) -> No
     assert [r.event_id for r in receiver.events("task_run.completed")] == [published["id"]]
 
 
+async def test_idempotency_keys_expire_after_the_configured_ttl(
+    herald_factory: HeraldFactory,
+) -> None:
+    ttl = 2.0
+    h = herald_factory({"api": {"idempotency_ttl_seconds": ttl}}, start=False)
+    await h.astart()
+    key = {"Idempotency-Key": "short-lived"}
+    async with open_api(h, "acme") as api:
+        started = time.monotonic()
+        first = await create(api, hook(dead_url(), name="first"), headers=key)
+        await expect_error(
+            api.post(DESTS, json=hook(dead_url(), name="second"), headers=key),
+            422,
+            "idempotency_key_reused",
+            "Idempotency-Key",
+        )
+        status, headers, again = await api.post(
+            DESTS, json=hook(dead_url(), name="first"), headers=key
+        )
+        assert (status, headers.get("Idempotent-Replayed"), again) == (201, "true", first)
+        assert time.monotonic() - started < ttl, "too slow to check before the expiry"
+        await asyncio.sleep(ttl + 0.2 - (time.monotonic() - started))
+        # Expired: the key is free, so another body is a new request, not a reuse.
+        status, headers, second = await api.post(
+            DESTS, json=hook(dead_url(), name="second"), headers=key
+        )
+        assert status == 201, second
+        assert "Idempotent-Replayed" not in headers
+        assert second["id"] != first["id"]
+        assert second["name"] == "second"
+        # And the key now belongs to the second body.
+        await expect_error(
+            api.post(DESTS, json=hook(dead_url(), name="first"), headers=key),
+            422,
+            "idempotency_key_reused",
+        )
+        listed = (await api.get(DESTS))[2]["data"]
+        assert [d["id"] for d in listed] == [second["id"], first["id"]]
+
+
 async def test_a_replayed_error_keeps_body_and_header_request_ids_equal(api: Api) -> None:
     key = {"Idempotency-Key": "bad-body"}
     first = await expect_error(
