@@ -416,6 +416,113 @@ async def test_events_deliveries_retry_and_replay(api: Api, receiver: Receiver) 
     assert receiver.events("credential.verified") == []
 
 
+async def test_changing_the_webhook_url_sends_it_back_to_verification(
+    api: Api, receiver: Receiver
+) -> None:
+    dest = await create(api, hook(receiver.url, secret=SECRET))
+    path = f"{DESTS}/{dest['id']}"
+    await wait_status(api, dest["id"], "active")
+    # Another name is not another target: still active.
+    status, _, renamed = await api.patch(path, json={"name": "same target"})
+    assert (status, renamed["status"]) == (200, "active"), renamed
+    status, _, moved = await api.patch(path, json={"webhook": {"url": dead_url()}})
+    assert status == 200, moved
+    assert (moved["status"], moved["webhook"]["url"]) == ("pending_verification", dead_url())
+    await asyncio.sleep(0.5)  # the new target never answers: it stays unverified
+    _, _, got = await api.get(path)
+    assert got["status"] == "pending_verification"
+    await expect_error(api.post(f"{path}/test"), 409, "destination_not_active")
+
+
+async def test_a_pending_delivery_ends_as_failure_when_its_destination_is_deleted(
+    api: Api,
+) -> None:
+    dest = await create(api, hook(dead_url(), events=["task_run.*"]))
+    path = f"{DESTS}/{dest['id']}"
+    status, _, _ = await api.post("/v2/events", json={"type": "task_run.failed", "data": {}})
+    assert status == 202
+    held = await held_delivery(api, dest["id"], "task_run.failed")
+    assert (await api.delete(path))[0] == 200
+    status, _, after = await api.get(f"/v2/event-deliveries/{held['id']}")
+    assert status == 200, after
+    assert (after["id"], after["destination_id"]) == (held["id"], dest["id"])
+    assert after["status"] == "failure"
+    assert after["next_attempt_at"] is None
+    # The history of the deleted destination stays listable too, with nothing pending.
+    _, _, page = await api.get(f"{path}/event-deliveries", params={"status": "pending"})
+    assert page["data"] == []
+
+
+async def held_delivery(api: Api, dest_id: str, event_type: str) -> dict[str, Any]:
+    """The one delivery of ``event_type`` to ``dest_id``, once the relay has fanned it out."""
+    deliveries = f"{DESTS}/{dest_id}/event-deliveries"
+
+    async def fanned_out() -> bool:
+        _, _, page = await api.get(deliveries, params={"event_type": event_type})
+        return bool(page["data"])
+
+    await eventually(fanned_out, what=f"the {event_type} delivery")
+    _, _, page = await api.get(deliveries, params={"event_type": event_type})
+    [delivery] = page["data"]
+    assert (delivery["status"], delivery["held"]) == ("pending", True), delivery
+    return dict(delivery)
+
+
+async def test_status_pending_lists_held_deliveries_only(api: Api, receiver: Receiver) -> None:
+    dest = await create(api, hook(receiver.url, secret=SECRET, events=["task_run.*"]))
+    path = f"{DESTS}/{dest['id']}"
+    deliveries = f"{path}/event-deliveries"
+    await wait_status(api, dest["id"], "active")
+    await api.post("/v2/events", json={"type": "task_run.completed", "data": {}})
+    await receiver.wait_for(lambda: bool(receiver.events("task_run.completed")), what="delivery")
+
+    async def recorded() -> bool:
+        _, _, page = await api.get(deliveries, params={"status": "success"})
+        return len(page["data"]) == 2  # the verification ping and the event
+
+    await eventually(recorded, what="two successful deliveries")
+    # An inactive destination holds what it is sent: pending, not attempted.
+    assert (await api.patch(path, json={"status": "inactive"}))[0] == 200
+    await api.post("/v2/events", json={"type": "task_run.failed", "data": {}})
+    held = await held_delivery(api, dest["id"], "task_run.failed")
+
+    status, _, pending = await api.get(deliveries, params={"status": "pending"})
+    assert status == 200
+    assert [(d["id"], d["status"], d["held"]) for d in pending["data"]] == [
+        (held["id"], "pending", True)
+    ]
+    _, _, done = await api.get(deliveries, params={"status": "success"})
+    assert held["id"] not in {d["id"] for d in done["data"]}
+    assert {d["event_type"] for d in done["data"]} == {
+        "destination.verification",
+        "task_run.completed",
+    }
+    assert len((await api.get(deliveries))[2]["data"]) == 3
+
+
+async def test_json_media_types_spec_000_accepts(api: Api) -> None:
+    """text/json and any application/*+json carry a JSON body as application/json does."""
+    body = json.dumps(hook(dead_url(), name="sent as text/json"))
+    status, _, dest = await api.post(DESTS, data=body, content_type="text/json")
+    assert status == 201, dest
+    path = f"{DESTS}/{dest['id']}"
+    for content_type, name in [
+        ("application/merge-patch+json", "merge patch"),
+        ("application/json; charset=utf-8", "with a charset"),
+        ("application/vnd.herald+json", "vendor type"),
+    ]:
+        status, _, patched = await api.patch(
+            path, data=json.dumps({"name": name}), content_type=content_type
+        )
+        assert (status, patched.get("name")) == (200, name), (content_type, patched)
+    status, _, event = await api.post(
+        "/v2/events",
+        data=json.dumps({"type": "a.b", "data": {}}),
+        content_type="application/cloudevents+json",
+    )
+    assert status == 202, event
+
+
 # --- errors -------------------------------------------------------------------------------
 
 
@@ -699,6 +806,19 @@ async def test_422_for_invalid_values(api: Api) -> None:
     assert [(d["id"], d["name"], d["events"], d["webhook"]) for d in listed] == [
         (dest["id"], dest["name"], dest["events"], dest["webhook"])
     ]
+
+
+async def test_422_names_the_missing_field_under_the_key_the_caller_used(api: Api) -> None:
+    for type_name in ("aws_sqs", "cloudA_sqs"):
+        body: dict[str, Any] = {"name": "q", "type": type_name, type_name: {}, "events": ["*"]}
+        item = await expect_error(
+            api.post(DESTS, json=body), 422, "field_required", f"{type_name}.queue_url"
+        )
+        assert item["type"] == "request"
+    # The type by its alias, its config under the canonical id.
+    mixed = {"name": "q", "type": "cloudA_sqs", "aws_sqs": {}, "events": ["*"]}
+    await expect_error(api.post(DESTS, json=mixed), 422, "field_required", "aws_sqs.queue_url")
+    assert (await api.get(DESTS))[2]["data"] == []
 
 
 async def test_422_for_an_unknown_type_with_its_config_object(api: Api) -> None:
