@@ -242,3 +242,4 @@ class DeliveryFilter:
     since: float | None = None
     until: float | None = None
     ids: tuple[str, ...] = ()
+    kind: DeliveryKind | None = None

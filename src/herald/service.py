@@ -476,6 +476,9 @@ class DestinationService:
         dry or not, is logged here once with who, the filter and how many, so the
         CLI and the API cannot drift apart in what the audit trail records.
         """
+        # Only event deliveries are replayed (verifications and test pings are not):
+        # count and sample just those, so a dry run says what a real run re-queues.
+        flt = replace(flt, kind=DeliveryKind.EVENT)
         total = await self.store.count_deliveries(flt)
         sample, _ = await self.list_deliveries(flt, limit=sample_size)
         requeued = 0

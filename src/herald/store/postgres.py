@@ -803,6 +803,8 @@ class PostgresStore:
             clauses.append(f"d.created_at < {arg(flt.until)}")
         if flt.ids:
             clauses.append(f"d.id = ANY({arg(list(flt.ids))})")
+        if flt.kind is not None:
+            clauses.append(f"d.kind = {arg(flt.kind.value)}")
         return " AND ".join(clauses) or "TRUE"
 
     async def list_deliveries(

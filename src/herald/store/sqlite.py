@@ -785,6 +785,9 @@ class SQLiteStore:
         if flt.ids:
             clauses.append(f"d.id IN ({_placeholders(len(flt.ids))})")
             params.extend(flt.ids)
+        if flt.kind is not None:
+            clauses.append("d.kind = ?")
+            params.append(flt.kind.value)
         return (" AND ".join(clauses) or "1 = 1"), params
 
     async def list_deliveries(
