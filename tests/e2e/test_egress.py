@@ -91,6 +91,20 @@ async def test_webhooks_bind_to_the_configured_source_address(
     assert {r.remote for r in receiver.received} == {"127.0.0.2"}
 
 
+async def test_several_source_addresses_are_used_in_turn(
+    herald_factory: HeraldFactory, receiver: Receiver
+) -> None:
+    """A receiver allow-lists the whole set: every request leaves from one of them, and
+    all of them are used."""
+    addresses = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    h = herald_factory({"delivery": {"webhook_source_addresses": addresses}})
+    dest = await h.acreate_webhook(receiver.url, secret=SECRET)
+    await wait_active(h, dest["id"])
+    h.insert_events([(f"evt_turn{i}", "default", "a.b", "{}") for i in range(30)])
+    await receiver.wait_for(lambda: len(receiver.events("a.b")) == 30, what="30 deliveries")
+    assert {r.remote for r in receiver.received} == set(addresses)
+
+
 async def test_without_egress_settings_connections_come_from_loopback(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:
