@@ -176,6 +176,30 @@ async def test_herald_emit_writes_an_event_that_is_delivered_signed(
     assert h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'task_run.completed'") == [(2,)]
 
 
+async def test_attempt_log_lines_carry_their_ids_and_never_the_payload(
+    herald_factory: HeraldFactory, receiver: Receiver
+) -> None:
+    """Each failed attempt is one log line naming its event, delivery, destination and
+    attempt number; the event's data is in no line, even at debug level."""
+    h = herald_factory(
+        {"log": {"level": "debug"}, "delivery": {"max_retries": 2, "backoff_base_seconds": 0.05}}
+    )
+    receiver.behaviour = verification_ok_then(lambda _: web.Response(status=500))
+    dest = await h.acreate_webhook(receiver.url, secret=SECRET)
+    await wait_active(h, dest["id"])
+    marker = "payload-marker-7f3a9c"
+    h.insert_events([("evt_logged", "default", "a.b", json.dumps({"note": marker}))])
+    await wait_deliveries(h, "status = 'failure' AND kind = 'event'", 1)
+    delivery = h.query("SELECT id FROM herald_deliveries WHERE event_id = 'evt_logged'")[0][0]
+    await h.astop()
+    failed = [e for e in h.log_events() if e.get("event") == "attempt_failed"]
+    assert [
+        (e["event_id"], e["delivery_id"], e["destination_id"], e["attempt"], e["response_status"])
+        for e in failed
+    ] == [("evt_logged", delivery, dest["id"], n, 500) for n in (1, 2, 3)]
+    assert marker not in h.log()
+
+
 async def test_each_kind_of_failure_counts_as_a_failed_attempt(
     herald_factory: HeraldFactory,
 ) -> None:
