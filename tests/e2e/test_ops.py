@@ -176,6 +176,23 @@ async def test_readyz_follows_the_database(herald_factory: HeraldFactory) -> Non
         await r.stop()
 
 
+async def test_readyz_names_a_schema_behind_this_herald(herald_factory: HeraldFactory) -> None:
+    """A database restored from before the last migration (while Herald runs) is unready
+    with a `migrations` problem, and ready again once the schema is back."""
+    h = herald_factory()
+    assert h.get("/readyz") == (200, {"status": "ready"})
+    [(latest, *rest)] = h.query(
+        "SELECT * FROM herald_schema_migrations ORDER BY version DESC LIMIT 1"
+    )
+    h.query("DELETE FROM herald_schema_migrations WHERE version = ?", (latest,))
+    status, body = h.get("/readyz")
+    assert status == 503, body
+    assert body["problems"] == {"migrations": "schema is behind this Herald"}
+    marks = ", ".join("?" * (1 + len(rest)))
+    h.query(f"INSERT INTO herald_schema_migrations VALUES ({marks})", (latest, *rest))
+    assert h.get("/readyz") == (200, {"status": "ready"})
+
+
 def database_outage(h: Herald) -> tuple[Callable[[], None], Callable[[], None]]:
     """Make the database unusable for Herald, and bring it back.
 
