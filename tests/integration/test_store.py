@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sqlite3
 import threading
 import time
 import warnings
@@ -375,6 +376,33 @@ async def test_relay_takes_at_most_limit_rows_in_seq_order(harness: Harness) -> 
     assert count == 3
     assert [e.id for e in plan.events] == ["evt_0", "evt_1", "evt_2"]
     assert [r[0] for r in h.rows("SELECT id FROM herald_outbox ORDER BY seq")] == ["evt_3", "evt_4"]
+
+
+@pytest.mark.sqlite_only
+async def test_an_idle_relay_does_not_take_the_write_lock(harness: Harness) -> None:
+    """With the outbox empty, a relay pass only reads: a producer in the middle of a
+    write transaction is neither waited for nor held up, and its rows are relayed by
+    the first pass after it commits."""
+    h = harness
+    assert (await h.store.relay(10, h.relay.process))[1] == 0
+    producer = sqlite3.connect(h.db_path, isolation_level=None, timeout=5)
+    try:
+        producer.execute("BEGIN IMMEDIATE")
+        producer.execute(
+            "INSERT INTO herald_outbox (id, type, data, created_at)"
+            " VALUES ('evt_idle', 'a.b', '{}', '2026-01-02T03:04:05Z')"
+        )
+        started = time.monotonic()
+        for _ in range(5):
+            assert (await h.store.relay(10, h.relay.process))[1] == 0
+        # Each pass would otherwise wait out the 5 s busy timeout for the lock.
+        assert time.monotonic() - started < 1.0
+        producer.execute("COMMIT")
+    finally:
+        producer.close()
+    plan, count = await h.store.relay(10, h.relay.process)
+    assert count == 1
+    assert [e.id for e in plan.events] == ["evt_idle"]
 
 
 async def test_relay_holds_by_the_committed_status_not_the_plan(harness: Harness) -> None:

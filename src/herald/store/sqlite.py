@@ -81,6 +81,11 @@ class SQLiteStore:
         self._g: aiosqlite.Connection | None = None
         # One connection writes; the relay, the workers and the API take turns.
         self._write_lock = asyncio.Lock()
+        # After a relay pass that found the outbox empty, the next one first looks
+        # with a read (no lock in WAL mode) and takes the write lock only when there
+        # are rows: an idle relay polls often, and must not hold up a producer's
+        # transaction 50 times a second.
+        self._outbox_idle = False
 
     # --- lifecycle --------------------------------------------------------
     async def open(self) -> None:
@@ -237,6 +242,11 @@ class SQLiteStore:
         self, limit: int, process: RelayProcessor, *, destinations_version: int | None = None
     ) -> tuple[RelayPlan, int]:
         try:
+            if self._outbox_idle and not await self._fetchall(
+                "SELECT 1 FROM herald_outbox LIMIT 1"
+            ):
+                return RelayPlan(), 0
+            self._outbox_idle = False
             async with self._tx() as db:
                 if destinations_version is not None:
                     current = await self._fetchall(
@@ -254,6 +264,7 @@ class SQLiteStore:
                 ) as cur:
                     rows = [OutboxRow(*r) for r in await cur.fetchall()]
                 if not rows:
+                    self._outbox_idle = True
                     return RelayPlan(), 0
                 ids = [r.id.decode("utf-8", "replace") for r in rows if r.id is not None]
                 existing = {
