@@ -13,16 +13,25 @@ gets the path's misbehaviour:
 
 It runs on its own event loop in a thread, so a body streamed at full speed does not
 slow the test's own loop; :attr:`Hostile.requests` counts requests per path.
+
+``python -m tests.support.hostile --port P [--slow-seconds S] [--counts FILE]`` runs
+it in a process of its own (bench/isolation.py: its CPU, streaming bodies, is then
+its own and not the benchmark driver's) until SIGTERM or SIGINT, and then writes the
+requests per path to FILE as JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import signal
 import socket
 import struct
 import threading
 from collections import Counter
+from pathlib import Path
 
 BEHAVIOURS = ("blackhole", "slow", "error", "reset", "endless", "huge")
 _BLOCK = b"x" * 65536
@@ -30,10 +39,11 @@ _HUGE = 1 << 30
 
 
 class Hostile:
-    def __init__(self, *, slow_seconds: float = 10.0) -> None:
+    def __init__(self, *, slow_seconds: float = 10.0, port: int = 0) -> None:
         self.slow_seconds = slow_seconds
         self.requests: Counter[str] = Counter()
-        self.port = 0
+        self.port = port
+        """Where it listens (0 before :meth:`start`: any free port)."""
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._stop: asyncio.Event | None = None
@@ -69,7 +79,7 @@ class Hostile:
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task[None]] = set()
         conns: set[socket.socket] = set()
-        listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        listener = socket.create_server(("127.0.0.1", self.port), backlog=1024)
         listener.setblocking(False)
         self.port = listener.getsockname()[1]
 
@@ -162,3 +172,26 @@ class Hostile:
         for _ in range(_HUGE // len(_BLOCK)):
             writer.write(_BLOCK)
             await writer.drain()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The receivers in a process of their own, until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(prog="python -m tests.support.hostile")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--slow-seconds", type=float, default=10.0)
+    parser.add_argument("--counts", type=Path, default=None, help="requests per path, as JSON")
+    args = parser.parse_args(argv)
+    stop = {signal.SIGTERM, signal.SIGINT}
+    # Blocked before the server thread starts, so that thread inherits the mask and the
+    # signal is only ever taken by sigwait below.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    server = Hostile(slow_seconds=args.slow_seconds, port=args.port).start()
+    print(f"hostile receivers on 127.0.0.1:{server.port}", flush=True)
+    signal.sigwait(stop)
+    server.stop()
+    if args.counts is not None:
+        args.counts.write_text(json.dumps(dict(server.requests)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
