@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_ops import scrape
+from tests.support.api import Api, base_url, create_key, fresh_rate_window
 from tests.support.daemon import Herald
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.nginx import Nginx, nginx_binary
@@ -326,3 +327,41 @@ async def test_killed_instance_leases_are_taken_over(
         for n in nodes:
             if n.proc is not None and n.proc.poll() is None:
                 n.kill()
+
+
+async def test_the_rate_limit_is_one_budget_across_instances(tmp_path: Path, database: str) -> None:
+    """Behind a load balancer a tenant's requests reach every instance: together they
+    allow api.rate_limit_requests per window, not that many per instance."""
+    key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    overrides: dict[str, dict[str, Any]] = {
+        "security": {"encryption_key": key},
+        "api": {"rate_limit_requests": 10, "rate_limit_window_seconds": 30},
+        "log": {"level": "warning"},
+    }
+    nodes = []
+    for i in range(2):
+        (tmp_path / f"node{i}").mkdir()
+        nodes.append(Herald(tmp_path / f"node{i}", overrides, database_url=database))
+    try:
+        for node in nodes:
+            await node.astart()
+        api_key = await create_key(nodes[0], "acme")
+        other_key = await create_key(nodes[1], "globex")
+        async with (
+            Api(base_url(nodes[0]), api_key) as first,
+            Api(base_url(nodes[1]), api_key) as second,
+            Api(base_url(nodes[1]), other_key) as other,
+        ):
+            await fresh_rate_window(30, need=10)
+            statuses = []
+            for _ in range(6):  # alternately, as a load balancer would send them
+                for api in (first, second):
+                    status, headers, _ = await api.get("/v2/event-destinations")
+                    statuses.append(status)
+            assert statuses == [200] * 10 + [429] * 2, statuses
+            assert headers["RateLimit"] == f'"default";r=0;t={headers["Retry-After"]}'
+            # Another tenant's budget is its own.
+            assert (await other.get("/v2/event-destinations"))[0] == 200
+    finally:
+        for node in nodes:
+            node.kill()

@@ -12,7 +12,15 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from tests.e2e.conftest import SECRET, HeraldFactory
-from tests.support.api import Api, base_url, create_key, error_of, eventually, wait_status
+from tests.support.api import (
+    Api,
+    base_url,
+    create_key,
+    error_of,
+    eventually,
+    fresh_rate_window,
+    wait_status,
+)
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
@@ -210,6 +218,7 @@ async def test_idempotency_keys_and_rate_limits_are_per_tenant(
     await h.astart()
     a, b = await clients(h)
     async with a, b:
+        await fresh_rate_window(120, need=30)
         key = {"Idempotency-Key": "shared-key"}
         mine = await create(a, hook("http://127.0.0.1:9/a", name="a"), headers=key)
         status, headers, theirs = await b.post(

@@ -221,3 +221,12 @@ async def wait_status(api: Api, dest_id: str, status: str, *, timeout: float = 1
         return bool(body["status"] == status)
 
     await eventually(probe, timeout=timeout, what=f"{dest_id} to be {status}")
+
+
+async def fresh_rate_window(window: float, *, need: float) -> None:
+    """Wait, if need be, until at least ``need`` seconds are left in the current rate-limit
+    window. On PostgreSQL the windows are aligned on the clock (every instance counts in
+    the same one), so a test that counts to the limit must not straddle two of them."""
+    left = window - time.time() % window
+    if left < need:
+        await asyncio.sleep(left + 0.05)

@@ -1,16 +1,27 @@
 """Per-tenant request rate limit with the IETF RateLimit header fields.
 
-A fixed window per tenant (``q`` requests per ``w`` seconds), in memory: one
-process enforces its own budget. Headers follow the structured-field form of
-draft-ietf-httpapi-ratelimit-headers: ``RateLimit-Policy: "default";q=200;w=10``
-and ``RateLimit: "default";r=<remaining>;t=<seconds to reset>``.
+A fixed window per tenant (``q`` requests per ``w`` seconds). On a database that
+one instance uses (SQLite) it is counted in memory. On one that several share
+(PostgreSQL) it is counted in the database, in windows aligned on the clock, so
+a tenant has one budget however many instances its requests reach. Headers
+follow the structured-field form of draft-ietf-httpapi-ratelimit-headers:
+``RateLimit-Policy: "default";q=200;w=10`` and
+``RateLimit: "default";r=<remaining>;t=<seconds to reset>``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Counter(Protocol):
+    """The store's ``count_request``: one more request in a window, and the count."""
+
+    def __call__(self, *, tenant_id: str, window_no: int, expire: bool) -> Awaitable[int]: ...
 
 
 @dataclass(slots=True)
@@ -28,15 +39,35 @@ class Decision:
 
 
 class RateLimiter:
-    def __init__(self, *, limit: int, window: float, max_tenants: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int,
+        window: float,
+        max_tenants: int = 100_000,
+        counter: Counter | None = None,
+    ) -> None:
         self.limit = limit
         self.window = window
         self._windows: dict[str, _Window] = {}
         self._max_tenants = max_tenants
         self._policy = f'"default";q={limit};w={math.ceil(window)}'
+        self._counter = counter
+        self._last_window_no: int | None = None
 
-    def hit(self, tenant: str, *, now: float | None = None) -> Decision:
-        now = time.monotonic() if now is None else now
+    async def hit(self, tenant: str, *, now: float | None = None) -> Decision:
+        """Count one request of ``tenant``; whether it is allowed, and the headers."""
+        if self._counter is None:
+            return self._hit_in_memory(tenant, time.monotonic() if now is None else now)
+        now = time.time() if now is None else now  # instances share the wall clock
+        window_no = int(now // self.window)
+        # Each instance deletes the windows before the one it starts counting in.
+        expire, self._last_window_no = window_no != self._last_window_no, window_no
+        count = await self._counter(tenant_id=tenant, window_no=window_no, expire=expire)
+        reset = max(math.ceil((window_no + 1) * self.window - now), 1)
+        return self._decision(count <= self.limit, min(count, self.limit), reset)
+
+    def _hit_in_memory(self, tenant: str, now: float) -> Decision:
         win = self._windows.get(tenant)
         if win is None or now - win.start >= self.window:
             if len(self._windows) >= self._max_tenants:
@@ -45,8 +76,11 @@ class RateLimiter:
         allowed = win.count < self.limit
         if allowed:
             win.count += 1
-        remaining = max(self.limit - win.count, 0)
         reset = max(math.ceil(win.start + self.window - now), 1)
+        return self._decision(allowed, win.count, reset)
+
+    def _decision(self, allowed: bool, used: int, reset: int) -> Decision:
+        remaining = max(self.limit - used, 0)
         headers = {
             "RateLimit-Policy": self._policy,
             "RateLimit": f'"default";r={remaining};t={reset}',

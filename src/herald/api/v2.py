@@ -87,8 +87,11 @@ class Api:
         self.settings = settings
         self.models = schemas.destination_models(service.registry)
         self.cursors = CursorCodec(cursor_key)
+        store = service.store
         self.limiter = RateLimiter(
-            limit=settings.api.rate_limit_requests, window=settings.api.rate_limit_window_seconds
+            limit=settings.api.rate_limit_requests,
+            window=settings.api.rate_limit_window_seconds,
+            counter=store.count_request if store.shared else None,
         )
         self.wake = wake
         self._key_cache: dict[str, tuple[str | None, float]] = {}
@@ -183,7 +186,7 @@ class Api:
             if request.path != f"{PREFIX}/openapi.json":
                 tenant = await self._authenticate(request)
                 request[TENANT] = tenant
-                decision = self.limiter.hit(tenant)
+                decision = await self.limiter.hit(tenant)
                 extra_headers.update(decision.headers)
                 if not decision.allowed:
                     raise RateLimited(

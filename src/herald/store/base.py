@@ -55,6 +55,9 @@ RelayProcessor = Callable[[list[OutboxRow], set[str]], RelayPlan]
 
 
 class Store(Protocol):
+    shared: bool
+    """Whether several instances may use this database at once (PostgreSQL)."""
+
     async def open(self) -> None:
         """Connect and apply pending migrations."""
 
@@ -202,6 +205,11 @@ class Store(Protocol):
 
     async def get_outbox_event(self, tenant_id: str, event_id: str) -> Event | None:
         """An event still waiting in the outbox, if it parses (for GET right after publish)."""
+
+    # --- API rate limit ---------------------------------------------------
+    async def count_request(self, *, tenant_id: str, window_no: int, expire: bool) -> int:
+        """Count one request of ``tenant_id`` in fixed window ``window_no``; the window's
+        count so far, this one included. ``expire`` also deletes earlier windows."""
 
     # --- idempotency ------------------------------------------------------
     async def idempotency_begin(

@@ -102,6 +102,8 @@ def _wrap(exc: BaseException) -> StorageError:
 class PostgresStore:
     """The backend for several instances sharing one database."""
 
+    shared = True
+
     def __init__(self, dsn: str, *, box: SecretBox, pool_size: int = 10) -> None:
         self.dsn = dsn
         self._box = box
@@ -859,6 +861,23 @@ class PostgresStore:
         return event_from_row(rows[0]) if rows else None
 
     # --- idempotency ------------------------------------------------------------
+    async def count_request(self, *, tenant_id: str, window_no: int, expire: bool) -> int:
+        try:
+            if expire:
+                await self.pool.execute(
+                    "DELETE FROM herald_rate_limits WHERE window_no < $1", window_no
+                )
+            count = await self.pool.fetchval(
+                "INSERT INTO herald_rate_limits (tenant_id, window_no, count) VALUES ($1, $2, 1)"
+                " ON CONFLICT (tenant_id, window_no)"
+                " DO UPDATE SET count = herald_rate_limits.count + 1 RETURNING count",
+                tenant_id,
+                window_no,
+            )
+        except _DB_ERRORS as exc:
+            raise _wrap(exc) from exc
+        return int(count)
+
     async def idempotency_begin(
         self, *, tenant_id: str, key: str, fingerprint: str, now: float, ttl: float
     ) -> IdempotencyRecord | None:

@@ -69,6 +69,8 @@ def _placeholders(n: int) -> str:
 class SQLiteStore:
     """The embedded default backend."""
 
+    shared = False
+
     def __init__(self, path: Path, *, box: SecretBox, busy_timeout: float = 5.0) -> None:
         self.path = path
         self._box = box
@@ -873,6 +875,24 @@ class SQLiteStore:
             return None
 
     # --- idempotency ----------------------------------------------------------
+    async def count_request(self, *, tenant_id: str, window_no: int, expire: bool) -> int:
+        try:
+            async with self._tx() as db:
+                if expire:
+                    await db.execute(
+                        "DELETE FROM herald_rate_limits WHERE window_no < ?", (window_no,)
+                    )
+                rows = await self._fetchall(
+                    "INSERT INTO herald_rate_limits (tenant_id, window_no, count)"
+                    " VALUES (?, ?, 1) ON CONFLICT (tenant_id, window_no)"
+                    " DO UPDATE SET count = count + 1 RETURNING count",
+                    (tenant_id, window_no),
+                    db=db,
+                )
+                return int(rows[0][0])
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite: {exc}") from exc
+
     async def idempotency_begin(
         self, *, tenant_id: str, key: str, fingerprint: str, now: float, ttl: float
     ) -> IdempotencyRecord | None:
