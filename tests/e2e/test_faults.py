@@ -124,12 +124,19 @@ async def interrupted_run(
     return got
 
 
+# One process, and the attempts in `herald worker` children (the default on more
+# than one core): a crash or a stop must lose nothing either way.
+PROCESSES = pytest.mark.parametrize("processes", [1, 2], ids=["1proc", "2workers"])
+
+
+@PROCESSES
 async def test_kill_9_loop_delivers_everything_at_least_once(
     herald_factory: HeraldFactory,
     paced_nginx: Nginx,
     record_property: Callable[[str, object], None],
+    processes: int,
 ) -> None:
-    h = herald_factory(start=False)
+    h = herald_factory({"delivery": {"worker_processes": processes}}, start=False)
     await h.astart()
 
     async def crash() -> None:
@@ -151,10 +158,11 @@ async def test_kill_9_loop_delivers_everything_at_least_once(
     assert attempts <= sum(got.values())  # no attempt recorded that did not happen
 
 
+@PROCESSES
 async def test_sigterm_loop_delivers_everything_exactly_once(
-    herald_factory: HeraldFactory, paced_nginx: Nginx
+    herald_factory: HeraldFactory, paced_nginx: Nginx, processes: int
 ) -> None:
-    h = herald_factory(start=False)
+    h = herald_factory({"delivery": {"worker_processes": processes}}, start=False)
     await h.astart()
     codes: list[int] = []
 
