@@ -11,24 +11,69 @@ success), with the slow destination vs without it; the ratio is the share of
 healthy throughput that survives a slow neighbour. The slow destination's own
 progress during the run is reported too (at most
 ``delivery.max_per_destination`` = 64 in flight: 64 / 4.9 s ≈ 13/s).
+
+Hostile receivers (issue 9): then the same nine healthy destinations alone, and
+beside six hostile ones — ``tests/support/hostile.py`` run as a process of its
+own (``python -m tests.support.hostile``): one black hole (reads the request,
+never answers), one answering after 10 s (past the 5 s webhook timeout), one
+answering 500, one resetting the connection, one sending an endless chunked body
+and one a 1 GiB body (both 200: a success once the first KiB is read, the rest
+never read). Retries run at a realistic pace: ``delivery.backoff_base_seconds``
+= 1 (1 s, 2 s, 4 s … after each failure; the default is 30 s), in both phases.
+
+The hostile destinations get their own ``--hostile-events`` events (200 by
+default), written to the outbox ahead of the healthy ones: enough to hold the
+black hole and the slow one at their 64-connection limit for the whole run and to
+keep the 500 and reset ones retrying; not the healthy events, with which the
+endless and 1 GiB ones would just be two more successful destinations (more
+work for Herald, not a fault to isolate). The ratio is healthy throughput beside
+/ alone; the hostile server's requests per path and Herald's attempts per
+hostile destination inside the measured window show the work the hostile set
+cost.
+
+CPU: a sampler thread reads ``/proc/<pid>/stat`` (utime + stime, every
+process thread) of Herald's processes (``herald run`` and its ``herald worker``
+children), of the hostile server, and of the receiver (nginx) every 0.1 s, and
+``/proc/stat`` for the whole machine; figures are interpolated at the phase's
+start (spawn) and end (last healthy success). On 2 cores the hostile server's own
+CPU (streaming bodies at full speed) and the other tenants' ("other": the
+machine's busy time minus the processes above) compete with Herald: that is not
+Herald's isolation failing, and the CPU columns say how much there was.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
+import os
+import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.hostile import BEHAVIOURS
 
 from bench import receiver
 from bench.common import (
     DEFAULT_PHASE_TIMEOUT,
+    EVENT_TYPE,
+    REPO_ROOT,
+    BenchError,
+    Child,
     Deadline,
+    free_port,
     grid,
     iso_now,
     load_avg,
     log,
     machine,
+    wait_port,
     write_named,
 )
 from bench.daemon import HeraldInstance
@@ -36,16 +81,32 @@ from bench.runs import Burst, burst, setup_webhooks
 from bench.throughput import SECRET
 
 NAME = "isolation"
-HELP = "healthy throughput with vs without one destination answering after 4.9 s"
+HELP = (
+    "healthy throughput with vs without one destination answering after 4.9 s,"
+    " and beside six hostile receivers"
+)
 HEALTHY = 9
 EVENTS, QUICK_EVENTS = 5_000, 500
 SLOW_SECONDS = 4.9
+# The hostile scenario (issue 9).
+HOSTILE_SLOW_SECONDS = 10.0
+HOSTILE_EVENTS = 200
+HOSTILE_TYPE = "hostile.x"
+BACKOFF_BASE_SECONDS = 1.0
+SAMPLE_SECONDS = 0.1
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=None, help=f"events ({EVENTS})")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_EVENTS} events")
     parser.add_argument("--timeout", type=float, default=DEFAULT_PHASE_TIMEOUT)
+    parser.add_argument(
+        "--hostile-events",
+        type=int,
+        default=HOSTILE_EVENTS,
+        help=f"events for the hostile destinations ({HOSTILE_EVENTS})",
+    )
 
 
 def _run(
@@ -86,6 +147,298 @@ def _run(
     return result, slow
 
 
+# --- CPU accounting ----------------------------------------------------------------
+def _proc_cpu_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` (all its threads), in clock ticks; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        with suppress(OSError):
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return out
+
+
+def _find(mark: str) -> list[int]:
+    """Processes whose command line contains ``mark``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if mark.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def _machine_busy_ticks() -> int:
+    """Busy time of all CPUs, in clock ticks: everything but idle and iowait (steal, the
+    time the hypervisor gave other guests, counts as busy: it lands in ``other``)."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:9]]
+    return sum(values) - values[3] - values[4]
+
+
+class CpuSampler:
+    """Cumulative CPU seconds of process trees, each found by a mark in the command line
+    of its root (the root and its descendants), and of the whole machine, sampled in a
+    thread every ``SAMPLE_SECONDS``."""
+
+    def __init__(self, marks: dict[str, str]) -> None:
+        self.marks = marks
+        self.times: list[float] = []
+        self.samples: list[dict[str, float]] = []
+        self._roots: dict[str, list[int]] = {name: [] for name in marks}
+        self._seen: dict[str, dict[int, int]] = {name: {} for name in marks}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        now = time.time()
+        sample = {"machine": _machine_busy_ticks() / TICK}
+        for name, mark in self.marks.items():
+            if not self._roots[name]:
+                self._roots[name] = _find(mark)
+            seen = self._seen[name]
+            todo = list(self._roots[name])
+            while todo:
+                pid = todo.pop()
+                ticks = _proc_cpu_ticks(pid)
+                if ticks is not None:
+                    seen[pid] = ticks  # a process that is gone keeps its last figure
+                    todo += _children(pid)
+            sample[name] = sum(seen.values()) / TICK
+        self.times.append(now)
+        self.samples.append(sample)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(SAMPLE_SECONDS)
+
+    def __enter__(self) -> CpuSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._sample()
+
+    def at(self, ts: float) -> dict[str, float]:
+        """Every figure at wall time ``ts``, interpolated between the samples around it."""
+        i = bisect.bisect_right(self.times, ts)
+        if i == 0:
+            return dict(self.samples[0])
+        if i == len(self.times):
+            return dict(self.samples[-1])
+        t0, t1 = self.times[i - 1], self.times[i]
+        a, b = self.samples[i - 1], self.samples[i]
+        f = (ts - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return {k: a[k] + (b[k] - a[k]) * f for k in a}
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds used between two wall times; ``other`` is the machine's busy time
+        not used by the tracked processes (other tenants, the benchmark driver)."""
+        a, b = self.at(start), self.at(end)
+        used = {k: round(b[k] - a[k], 2) for k in b}
+        used["other"] = round(used["machine"] - sum(used[k] for k in self.marks), 2)
+        return used
+
+
+# --- the hostile scenario ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class HostileServer:
+    base: str
+    mark: str
+    """In its command line (the CPU sampler finds it by it)."""
+    counts: Path
+
+    def url(self, behaviour: str) -> str:
+        return f"{self.base}/{behaviour}"
+
+    def requests(self) -> dict[str, int]:
+        """Requests per path (after it stopped)."""
+        try:
+            data: dict[str, int] = json.loads(self.counts.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {b: data.get(b, 0) for b in BEHAVIOURS}
+
+
+@contextmanager
+def hostile_server(workdir: Path) -> Iterator[HostileServer]:
+    """tests/support/hostile.py in a process of its own, on a free port."""
+    port = free_port()
+    counts = workdir / "hostile-requests.json"
+    argv = [sys.executable, "-m", "tests.support.hostile", "--port", str(port)]
+    argv += ["--slow-seconds", str(HOSTILE_SLOW_SECONDS), "--counts", str(counts)]
+    child = Child("hostile", argv, log_path=workdir / "hostile.log", cwd=REPO_ROOT)
+    server = HostileServer(f"http://127.0.0.1:{port}", str(counts), counts)
+    try:
+        try:
+            wait_port(port, timeout=15, alive=child.alive)
+        except BenchError as exc:
+            raise BenchError(f"hostile receivers did not start: {exc}\n{child.log_tail()}") from exc
+        yield server
+    finally:
+        child.stop(timeout=15)
+
+
+@dataclass(slots=True)
+class HostilePhase:
+    result: Burst
+    cpu: dict[str, float]
+    """CPU seconds from spawn to the last healthy success."""
+    attempts: dict[str, dict[str, int]]
+    """Attempts started in that window, per hostile behaviour and outcome."""
+
+
+def _hostile_run(
+    workdir: Path,
+    urls: list[str],
+    events: int,
+    hostile: HostileServer | None,
+    hostile_events: int,
+    marks: dict[str, str],
+    timeout: float,
+) -> HostilePhase:
+    """One phase: nine healthy destinations, alone (``hostile`` None) or beside the six."""
+    inst = HeraldInstance(workdir, {"delivery": {"backoff_base_seconds": BACKOFF_BASE_SECONDS}})
+    bad = [hostile.url(b) for b in BEHAVIOURS] if hostile else []
+    patterns = [[EVENT_TYPE]] * len(urls) + [["hostile.*"]] * len(bad)
+    ids = setup_webhooks(inst, [*urls, *bad], SECRET, Deadline("setup", timeout), patterns)
+    healthy = ", ".join(f"'{i}'" for i in ids[: len(urls)])
+    n_bad = hostile_events if hostile else 0
+    # The hostile events first: their deliveries are pending before the healthy ones.
+    inst.preload(n_bad + events, type_of=lambda i: HOSTILE_TYPE if i < n_bad else EVENT_TYPE)
+    in_healthy = f"destination_id IN ({healthy})"
+    with CpuSampler({"herald": str(inst.config_path), **marks}) as sampler:
+        result = burst(
+            [inst],
+            deliveries=events * len(urls),
+            events=n_bad + events,
+            deadline=Deadline("hostile" if hostile else "alone", timeout),
+            done_sql="SELECT COUNT(*) FROM herald_deliveries WHERE status = 'success'"
+            f" AND kind = 'event' AND {in_healthy}",
+            delivery_filter=in_healthy,
+        )
+    end = float(
+        inst.db.scalar(
+            "SELECT MAX(updated_at) FROM herald_deliveries WHERE status = 'success'"
+            f" AND kind = 'event' AND {in_healthy}"
+        )
+    )
+    start = end - result.seconds
+    bad_ids = dict(zip(BEHAVIOURS, ids[len(urls) :], strict=True)) if hostile else {}
+    attempts: dict[str, dict[str, int]] = {}
+    for behaviour, dest_id in bad_ids.items():
+        attempts[behaviour] = dict(
+            inst.db.query(
+                "SELECT a.outcome, COUNT(*) FROM herald_attempts a JOIN herald_deliveries d"
+                " ON d.id = a.delivery_id WHERE d.destination_id = ? AND d.kind = 'event'"
+                " AND a.started_at BETWEEN ? AND ? GROUP BY a.outcome",
+                (dest_id, start, end),
+            )
+        )
+    return HostilePhase(result, sampler.between(start, end), attempts)
+
+
+def _receiver_mark(recv: receiver.Receiver) -> str:
+    """What the receiver's command line holds: nginx its config, aiohttp its access log."""
+    assert recv.access_log is not None
+    if recv.kind == "nginx":
+        return str(recv.access_log.parent / "nginx.conf")
+    return str(recv.access_log)
+
+
+def _hostile_scenario(
+    workdir: Path, recv: receiver.Receiver, events: int, hostile_events: int, timeout: float
+) -> tuple[dict[str, Any], str]:
+    """Alone, then beside the hostile set: the result keys and the printed report."""
+    urls = [f"{recv.base}/healthy/{i}" for i in range(HEALTHY)]
+    load_before = load_avg()
+    with hostile_server(workdir) as server:
+        marks = {"hostile": server.mark, "receiver": _receiver_mark(recv)}
+        (workdir / "alone").mkdir()
+        (workdir / "beside").mkdir()
+        alone = _hostile_run(workdir / "alone", urls, events, None, hostile_events, marks, timeout)
+        log(f"healthy alone: {alone.result.per_s:,.0f} deliveries/s, CPU {alone.cpu}")
+        beside = _hostile_run(
+            workdir / "beside", urls, events, server, hostile_events, marks, timeout
+        )
+        log(f"healthy beside the hostile set: {beside.result.per_s:,.0f}/s, CPU {beside.cpu}")
+    requests = server.requests()
+    load_after = load_avg()
+    ratio = beside.result.per_s / alone.result.per_s
+    cpu_keys = ("herald", "hostile", "receiver", "other", "machine")
+    report = "\n".join(
+        [
+            f"\nhostile receivers, SQLite, {HEALTHY} healthy destinations (nginx) x {events}"
+            f" events; {len(BEHAVIOURS)} hostile destinations x {hostile_events} events;"
+            f" backoff_base_seconds {BACKOFF_BASE_SECONDS:g}; CPU seconds in the window",
+            f"load average (1 min) before/after: {load_before}/{load_after}",
+            grid(
+                ["run", "healthy", "seconds", "healthy/s", *(f"cpu {k}" for k in cpu_keys)],
+                [
+                    [
+                        name,
+                        phase.result.deliveries,
+                        round(phase.result.seconds, 2),
+                        phase.result.per_s,
+                        *(phase.cpu[k] for k in cpu_keys),
+                    ]
+                    for name, phase in (("alone", alone), ("beside the hostile set", beside))
+                ],
+            ),
+            "",
+            grid(
+                ["hostile", "requests (phase)", "attempts started in the window"],
+                [
+                    [b, requests.get(b, "?"), json.dumps(beside.attempts[b], sort_keys=True)]
+                    for b in BEHAVIOURS
+                ],
+            ),
+            f"\nhealthy throughput beside / alone the hostile set: {ratio:.3f}",
+        ]
+    )
+    result = {
+        "hostile_ratio": round(ratio, 3),
+        "hostile": {
+            "behaviours": list(BEHAVIOURS),
+            "slow_seconds": HOSTILE_SLOW_SECONDS,
+            "backoff_base_seconds": BACKOFF_BASE_SECONDS,
+            "hostile_events": hostile_events,
+            "healthy_per_s_alone": round(alone.result.per_s, 1),
+            "healthy_per_s_beside": round(beside.result.per_s, 1),
+            "seconds": {
+                "alone": round(alone.result.seconds, 2),
+                "beside": round(beside.result.seconds, 2),
+            },
+            "cpu_seconds": {"alone": alone.cpu, "beside": beside.cpu},
+            "requests": requests,
+            "attempts_in_window": beside.attempts,
+            "rss_peak_mb": {"alone": alone.result.rss_mb[0], "beside": beside.result.rss_mb[0]},
+            "load_avg_1m": [load_before, load_after],
+        },
+    }
+    return result, report
+
+
 def run(args: argparse.Namespace) -> int:
     events = args.events or (QUICK_EVENTS if args.quick else EVENTS)
     load_before = load_avg()
@@ -104,7 +457,11 @@ def run(args: argparse.Namespace) -> int:
             log(f"without the slow destination: {without.per_s:,.0f} healthy deliveries/s")
             with_slow, slow = _run(workdir / "with", urls, events, slow_recv.url, args.timeout)
             log(f"with the slow destination: {with_slow.per_s:,.0f} healthy deliveries/s")
-    load_after = load_avg()
+            load_after = load_avg()
+            (workdir / "hostile").mkdir()
+            hostile, hostile_report = _hostile_scenario(
+                workdir / "hostile", recv, events, args.hostile_events, args.timeout
+            )
     ratio = with_slow.per_s / without.per_s
     print(
         f"\nisolation, SQLite, {HEALTHY} healthy destinations (nginx) x {events} events;"
@@ -135,6 +492,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(f"\nhealthy throughput with / without the slow destination: {ratio:.3f}")
+    print(hostile_report)
     result: dict[str, Any] = {
         "events": events,
         "healthy_destinations": HEALTHY,
@@ -148,6 +506,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine(),
         "receiver": recv.kind,
         "load_avg_1m": [load_before, load_after],
+        **hostile,
     }
     if args.quick:
         result["quick"] = True
