@@ -11,20 +11,22 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from herald.adapters.base import AdapterContext, DestinationConfig, Result
+from herald.adapters.base import Adapter, AdapterContext, DestinationConfig, Result
 from herald.adapters.registry import Registry
 from herald.adapters.webhook import WebhookAdapter
 from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.ids import new_id
 from herald.model import Destination, DestinationStatus, Event, Outcome
+from tests.contract import adapter_contract
+from tests.contract.adapter_contract import AdapterContract
 from tests.integration.conftest import (
     OTHER_SECRET,
     SECRET,
@@ -314,3 +316,58 @@ async def test_egress_guard_refuses_private_addresses_at_send_time(
     assert "127.0.0.1" in result.error
     await asyncio.sleep(0.1)
     assert rx.received == []
+
+
+class TestWebhookContract(AdapterContract):
+    """The shared contract, for the webhook type: a missing endpoint is a 404 and refused
+    credentials a 401 from the receiver, both permanent; a closed port is retryable."""
+
+    adapter_class = WebhookAdapter
+    settings_overrides: ClassVar[dict[str, Any]] = {"delivery": {"webhook_timeout_seconds": 2.0}}
+
+    @pytest.fixture
+    async def good_config(self, receivers: ReceiverFactory) -> dict[str, str]:
+        self.rx = await receivers()
+        return {"url": self.rx.url, "secret": SECRET}
+
+    @pytest.fixture
+    async def missing_target_config(self, receivers: ReceiverFactory) -> dict[str, str]:
+        return {"url": (await receivers(status(404, "no such hook"))).url}
+
+    @pytest.fixture
+    async def bad_credentials_config(self, receivers: ReceiverFactory) -> dict[str, str]:
+        rx = await receivers(status(401, "signature rejected"), secrets=[SECRET])
+        return {"url": rx.url, "secret": "whsec_" + "A" * 32}
+
+    @pytest.fixture
+    def unreachable_config(self) -> dict[str, str]:
+        return {"url": f"http://127.0.0.1:{closed_port()}/hook"}
+
+    async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
+        """A webhook carries the event id as ``webhook-id``, the rest in the envelope."""
+        [got] = [r for r in self.rx.received if r.headers.get("webhook-id") == event.id]
+        assert got.verified, self.rx.errors
+        return {
+            "body": got.body,
+            "metadata": {
+                "event-id": got.headers["webhook-id"],
+                "event-type": got.envelope["type"],
+                "event-created-at": got.envelope["created_at"],
+            },
+        }
+
+    async def test_success_arrives_with_envelope_and_metadata(
+        self, adapter: Adapter, good_config: dict[str, str]
+    ) -> None:
+        """The contract's check, less ``tenant-id``: a webhook is signed, not labelled, and
+        the tenant is implied by the destination (which belongs to one tenant)."""
+        event = adapter_contract.make_event(tenant="acme")
+        result = await self.publish(adapter, good_config, event)
+        assert result.outcome is Outcome.SUCCESS, result
+        got = await self.read_back(good_config, event)
+        assert orjson.loads(got["body"]) == orjson.loads(event.envelope())
+        assert got["metadata"] == {
+            "event-id": event.id,
+            "event-type": event.type,
+            "event-created-at": event.created_at,
+        }
