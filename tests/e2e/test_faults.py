@@ -253,8 +253,13 @@ async def test_hostile_receivers_do_not_starve_healthy_ones(
     ratio = beside / alone
     print(f"healthy throughput alone {alone:.0f}/s, beside hostile {beside:.0f}/s ({ratio:.0%})")
     print(f"RSS {baseline / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, {hostile.requests}")
-    # Loosely, as the machine is shared (bench/isolation.py measures it): with it this
-    # measured 0.4-0.7 here under load; without the per-destination limit, 0.2.
+    # Loosely: each window here lasts 0.5-2 s (2 x 2,000 deliveries), this process also
+    # runs the hostile server and the polling, and the 2 cores are shared. Five runs each on
+    # 2026-11-24 (load 1.4-3.6) measured 0.49-0.87 on SQLite and 0.41-0.80 on PostgreSQL;
+    # without the per-destination limit it was 0.2, so 0.3 sits between the two. Issue 9's
+    # 90 % is bench/isolation.py's hostile_ratio (hostile server in its own process,
+    # 45,000 healthy deliveries, CPU per process): 1.24, and Herald spent the same CPU on
+    # the healthy deliveries beside the hostile set as alone (6.9 vs 7.1 s).
     assert ratio >= 0.3, (alone, beside)
     assert peak - baseline < 100 * 2**20, (baseline, peak)
     outcomes: dict[str, set[str]] = {}
