@@ -20,6 +20,7 @@ from bench import (
     isolation,
     latency,
     postgres,
+    query_plans,
     retention,
     retry_backlog,
     throughput,
@@ -46,6 +47,7 @@ BENCHMARKS = [
     Benchmark(postgres.NAME, postgres.HELP, postgres.add_arguments, postgres.run),
     Benchmark(adapters.NAME, adapters.HELP, adapters.add_arguments, adapters.run),
     Benchmark(retention.NAME, retention.HELP, retention.add_arguments, retention.run),
+    Benchmark(query_plans.NAME, query_plans.HELP, query_plans.add_arguments, query_plans.run),
 ]
 
 
