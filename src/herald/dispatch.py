@@ -519,8 +519,9 @@ class Dispatcher:
                 log.warning("lease_renewal_failed", error=exc.message)
 
     async def _drain(self) -> None:
-        """Let claimed deliveries finish within the grace period; then give up the rest
-        (their leases are released: they go again, here or elsewhere)."""
+        """Let the attempts in flight finish within the grace period; then give up the
+        rest (their leases are released: they go again, here or elsewhere)."""
+        self._unqueue()
         if self._total == 0:
             return
         try:
@@ -539,6 +540,29 @@ class Dispatcher:
             await asyncio.wait(tasks)
         self._claimed.clear()  # what a worker process still answers is ignored
         log.warning("attempts_cancelled_at_shutdown", count=given_up)
+
+    def _unqueue(self) -> None:
+        """Stopping: claimed deliveries that wait for a slot are not started now (each
+        could take a whole deadline, and a black-holed destination has dozens queued);
+        they stay leased to this instance until its leases are released at the end."""
+        queued = list(self._ready)
+        for held in self._held.values():
+            queued.extend(held)
+        self._ready.clear()
+        self._held.clear()
+        for item in queued:
+            self._claimed.discard(item.id)
+            dest = item.destination_id
+            self._outstanding[dest] -= 1
+            if self._outstanding[dest] <= 0:
+                del self._outstanding[dest]
+            self._total -= 1
+        # What is left outstanding is what runs: it holds the per-destination slots.
+        self._running_per = dict(self._outstanding)
+        if queued:
+            log.info("queued_deliveries_not_started_at_shutdown", count=len(queued))
+        if self._total == 0:
+            self._idle.set()
 
     async def _release_unfinished(self) -> None:
         try:

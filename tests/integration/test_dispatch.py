@@ -477,6 +477,42 @@ async def test_stop_releases_leases_of_unfinished_deliveries(
     assert sorted(d.id for d in again) == ids
 
 
+async def test_stop_starts_nothing_new_while_it_drains(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory, gate: Gate
+) -> None:
+    """Stopping lets the attempts in flight finish; deliveries claimed but still waiting
+    for a slot are not started during the drain (each could take the whole deadline):
+    they are released, due, for the next start."""
+    h = await harness_factory(delivery={"shutdown_grace_seconds": 10.0, "max_per_destination": 1})
+    tracker = Tracker(gate, 0.5)
+    rx = await receivers(tracker)
+    await h.add_webhook(rx.url)
+    for _ in range(3):
+        await h.emit("order.created")
+    dispatcher = h.dispatcher(owner="worker-a")
+    stop = asyncio.Event()
+    task = asyncio.create_task(dispatcher.run(stop))
+    try:
+        await rx.wait_for(lambda: len(rx.received) == 1, timeout=5, what="the first request")
+
+        async def all_leased() -> bool:
+            return h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [("worker-a",)]
+
+        await eventually(all_leased, timeout=5, what="all three claimed")
+        t0 = time.monotonic()
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        assert time.monotonic() - t0 < 1.5  # one 0.5 s attempt, not three in a row
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert tracker.finished == 1
+    assert len(rx.received) == 1
+    statuses = sorted(d.status.value for d in await h.deliveries())
+    assert statuses == ["pending", "pending", "success"]
+    assert h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [(None,)]
+
+
 async def test_new_attempts_wait_while_records_cannot_be_written(
     harness_factory: HarnessFactory, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
