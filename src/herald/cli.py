@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import getpass
 import hashlib
+import os
 import re
 import secrets
 import sys
@@ -97,6 +98,15 @@ def _short_ts(value: str | None) -> str | None:
 
 
 # --- commands -----------------------------------------------------------------
+def _os_user() -> str:
+    """Who runs this command, for the audit lines. A container's uid often has no passwd
+    entry, where getpass.getuser() raises: the uid stands in."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     from herald.app import components
 
@@ -215,7 +225,7 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
         if lock is not None:
             lock.release()
     structlog.get_logger("herald.keys").info(
-        "encryption_key_rotated", by=getpass.getuser(), destinations=seen, reencrypted=rewritten
+        "encryption_key_rotated", by=_os_user(), destinations=seen, reencrypted=rewritten
     )
     if args.json:
         _print_json({"object": "key_rotation", "destinations": seen, "reencrypted": rewritten})
@@ -435,7 +445,7 @@ async def _cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     async with components(settings) as comp:
         result = await comp.service.replay(
             flt,
-            by=f"cli:{getpass.getuser()}",
+            by=f"cli:{_os_user()}",
             dry_run=args.dry_run,
             progress=progress,
             rate_per_second=rate or None,
