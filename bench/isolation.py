@@ -12,6 +12,12 @@ healthy throughput that survives a slow neighbour. The slow destination's own
 progress during the run is reported too (at most
 ``delivery.max_per_destination`` = 64 in flight: 64 / 4.9 s ≈ 13/s).
 
+A tenth destination costs something even when it is fast or never attempted:
+each event becomes ten deliveries to write instead of nine. A third phase
+separates that from the slowness: the tenth destination present but inactive
+(its deliveries written and held, none attempted). "with / inactive" is then
+the share of healthy throughput the slowness alone costs.
+
 Hostile receivers (issue 9): then the same nine healthy destinations alone, and
 beside six hostile ones — ``tests/support/hostile.py`` run as a process of its
 own (``python -m tests.support.hostile``): one black hole (reads the request,
@@ -110,11 +116,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(
-    workdir: Path, urls: list[str], events: int, slow_url: str | None, timeout: float
+    workdir: Path,
+    urls: list[str],
+    events: int,
+    slow_url: str | None,
+    timeout: float,
+    *,
+    tenth_inactive: bool = False,
 ) -> tuple[Burst, dict[str, Any]]:
+    """One phase. ``tenth_inactive``: the extra destination (``slow_url``) is made
+    inactive before the events arrive, so its deliveries are written and held but never
+    attempted - the fan-out cost of a tenth destination without its slowness."""
     inst = HeraldInstance(workdir)
     all_urls = [*urls, slow_url] if slow_url else urls
     ids = setup_webhooks(inst, all_urls, SECRET, Deadline("setup", timeout))
+    if tenth_inactive:
+        inst.cli("destinations", "update", ids[-1], "--data", '{"status": "inactive"}')
+        slow_url = None
     healthy = ", ".join(f"'{i}'" for i in ids[: len(urls)])
     inst.preload(events)
     in_healthy = f"destination_id IN ({healthy})"
@@ -451,10 +469,14 @@ def run(args: argparse.Namespace) -> int:
             ) as slow_recv,
         ):
             urls = [f"{recv.base}/healthy/{i}" for i in range(HEALTHY)]
-            (workdir / "without").mkdir()
-            (workdir / "with").mkdir()
+            for phase in ("without", "inactive", "with"):
+                (workdir / phase).mkdir()
             without, _ = _run(workdir / "without", urls, events, None, args.timeout)
             log(f"without the slow destination: {without.per_s:,.0f} healthy deliveries/s")
+            inactive, _ = _run(
+                workdir / "inactive", urls, events, slow_recv.url, args.timeout, tenth_inactive=True
+            )
+            log(f"with a tenth, inactive destination: {inactive.per_s:,.0f} healthy deliveries/s")
             with_slow, slow = _run(workdir / "with", urls, events, slow_recv.url, args.timeout)
             log(f"with the slow destination: {with_slow.per_s:,.0f} healthy deliveries/s")
             load_after = load_avg()
@@ -463,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
                 workdir / "hostile", recv, events, args.hostile_events, args.timeout
             )
     ratio = with_slow.per_s / without.per_s
+    ratio_inactive = with_slow.per_s / inactive.per_s
     print(
         f"\nisolation, SQLite, {HEALTHY} healthy destinations (nginx) x {events} events;"
         f" {machine()}"
@@ -481,6 +504,14 @@ def run(args: argparse.Namespace) -> int:
                     "-",
                 ],
                 [
+                    "with a tenth destination, inactive",
+                    inactive.deliveries,
+                    round(inactive.seconds, 2),
+                    inactive.per_s,
+                    "-",
+                    "-",
+                ],
+                [
                     f"with one answering in {SLOW_SECONDS} s",
                     with_slow.deliveries,
                     round(with_slow.seconds, 2),
@@ -492,6 +523,10 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(f"\nhealthy throughput with / without the slow destination: {ratio:.3f}")
+    print(
+        "healthy throughput with the slow destination / with it inactive (the same fan-out,"
+        f" so only its slowness differs): {ratio_inactive:.3f}"
+    )
     print(hostile_report)
     result: dict[str, Any] = {
         "events": events,
@@ -500,6 +535,8 @@ def run(args: argparse.Namespace) -> int:
         "healthy_per_s_without": round(without.per_s, 1),
         "healthy_per_s_with": round(with_slow.per_s, 1),
         "ratio_with_over_without": round(ratio, 3),
+        "healthy_per_s_tenth_inactive": round(inactive.per_s, 1),
+        "ratio_with_over_tenth_inactive": round(ratio_inactive, 3),
         "slow_destination": slow,
         "rss_peak_mb": {"without": without.rss_mb[0], "with": with_slow.rss_mb[0]},
         "date": iso_now(),
