@@ -15,6 +15,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -23,7 +24,7 @@ import structlog
 
 from herald import __version__
 from herald.config import Settings, load_settings, masked
-from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError
+from herald.errors import BadRequest, ConfigError, HeraldError, NotFound, ValidationError
 from herald.logs import configure as configure_logs
 from herald.model import (
     DEFAULT_TENANT,
@@ -32,6 +33,7 @@ from herald.model import (
     Destination,
     DestinationStatus,
 )
+from herald.store.base import ApiKeyInfo
 from herald.timeutil import format_epoch, parse_timestamp
 from herald.views import delivery_view, destination_view, event_view, list_view
 
@@ -241,10 +243,77 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+KEY_ID_LENGTH = 12
+"""An API key is named by the first hex digits of its SHA-256 (the key itself is gone)."""
+
+
+def _key_view(key: ApiKeyInfo) -> dict[str, Any]:
+    return {
+        "object": "api_key",
+        "id": key.key_hash[:KEY_ID_LENGTH],
+        "tenant_id": key.tenant_id,
+        "ends_with": key.hint,
+        "created_at": format_epoch(key.created_at),
+        "revoked_at": None if key.revoked_at is None else format_epoch(key.revoked_at),
+    }
+
+
+async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.app import components
+
+    async with components(settings) as comp:
+        views = [_key_view(k) for k in await comp.store.list_api_keys(args.tenant)]
+    if args.json:
+        _print_json(list_view(views, has_more=False, next_cursor=None, request_id="cli"))
+    else:
+        rows = [
+            [v["id"], "…" + v["ends_with"], _short_ts(v["created_at"]), _short_ts(v["revoked_at"])]
+            for v in views
+        ]
+        _table(rows, ["id", "key", "created", "revoked"])
+    return EXIT_OK
+
+
+async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself."""
+    from herald.api.v2 import API_KEY_PREFIX
+    from herald.app import components
+
+    ref = args.key.strip()
+    if ref.startswith(API_KEY_PREFIX):
+        prefix = hash_api_key(ref)
+    elif re.fullmatch(r"[0-9a-fA-F]{8,64}", ref):
+        prefix = ref.lower()
+    else:
+        raise UsageError("name the key by its id from 'herald keys list' or give the key itself")
+    async with components(settings) as comp:
+        keys = await comp.store.list_api_keys(args.tenant)
+        live = [k for k in keys if k.key_hash.startswith(prefix) and k.revoked_at is None]
+        if len(live) > 1:
+            raise UsageError(f"{len(live)} keys of tenant {args.tenant!r} match; give more digits")
+        if not live:
+            raise NotFound(f"tenant {args.tenant!r} has no unrevoked key {args.key!r}")
+        await comp.store.revoke_api_keys(
+            tenant_id=args.tenant, hash_prefix=live[0].key_hash, now=time.time()
+        )
+        revoked = _key_view(replace(live[0], revoked_at=time.time()))
+    structlog.get_logger("herald.keys").info(
+        "api_key_revoked", by=f"cli:{_os_user()}", tenant_id=args.tenant, key_id=revoked["id"]
+    )
+    if args.json:
+        _print_json(revoked)
+    else:
+        print(f"revoked key {revoked['id']} (…{revoked['ends_with']}) of tenant {args.tenant!r}")
+    return EXIT_OK
+
+
 async def _cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
-    if args.action == "rotate-encryption":
-        return await _cmd_keys_rotate(settings, args)
-    return await _cmd_keys_create(settings, args)
+    commands = {
+        "rotate-encryption": _cmd_keys_rotate,
+        "list": _cmd_keys_list,
+        "revoke": _cmd_keys_revoke,
+    }
+    return await commands.get(args.action, _cmd_keys_create)(settings, args)
 
 
 def _dest_rows(views: list[dict[str, Any]]) -> None:
@@ -606,6 +675,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     keys.add_parser("create", parents=[scoped], help="print a new sk_live_ key once")
+    keys.add_parser("list", parents=[scoped], help="the tenant's keys (id, last characters)")
+    keys.add_parser(
+        "revoke", parents=[scoped], help="revoke a key: its id from 'keys list', or the key"
+    ).add_argument("key")
     rot = keys.add_parser(
         "rotate-encryption",
         parents=[common],

@@ -26,6 +26,7 @@ from tests.support.api import (
     Api,
     Headers,
     base_url,
+    create_key,
     error_of,
     eventually,
     fresh_rate_window,
@@ -525,6 +526,44 @@ async def test_json_media_types_spec_000_accepts(api: Api) -> None:
 
 
 # --- errors -------------------------------------------------------------------------------
+
+
+async def test_a_revoked_key_is_refused_and_the_others_keep_working(
+    herald_factory: HeraldFactory,
+) -> None:
+    """`herald keys list` names each key by an id and its last characters (never the key);
+    `herald keys revoke` takes that id or the key itself, and the API refuses the key
+    within the daemon's 5 s key cache."""
+    h = herald_factory()
+    first = await create_key(h, "acme")
+    second = await create_key(h, "acme")
+    listed = (await h.acli_json("keys", "list", "--tenant", "acme"))["data"]
+    assert {k["ends_with"] for k in listed} == {first[-4:], second[-4:]}
+    assert all(len(k["id"]) == 12 and k["revoked_at"] is None for k in listed)
+    assert first not in json.dumps(listed)
+    assert second not in json.dumps(listed)
+    [first_id] = [k["id"] for k in listed if k["ends_with"] == first[-4:]]
+    # Another tenant cannot revoke it; a malformed reference is a usage error.
+    other = await h.acli("keys", "revoke", "--tenant", "globex", first_id, check=False)
+    assert other.returncode == 1, other
+    bad = await h.acli("keys", "revoke", "--tenant", "acme", "not-a-key", check=False)
+    assert bad.returncode == 2, bad
+    async with Api(base_url(h), first) as one, Api(base_url(h), second) as two:
+        assert (await one.get(DESTS))[0] == 200
+        revoked = await h.acli_json("keys", "revoke", "--tenant", "acme", first_id)
+        assert (revoked["id"], revoked["revoked_at"] is not None) == (first_id, True)
+
+        async def refused() -> bool:
+            return (await one.get(DESTS))[0] == 401
+
+        await eventually(refused, timeout=10, what="the revoked key refused")
+        assert (await two.get(DESTS))[0] == 200
+    again = await h.acli("keys", "revoke", "--tenant", "acme", first_id, check=False)
+    assert again.returncode == 1  # nothing left to revoke under that id
+    by_key = await h.acli_json("keys", "revoke", "--tenant", "acme", second)
+    assert by_key["ends_with"] == second[-4:]
+    listed = (await h.acli_json("keys", "list", "--tenant", "acme"))["data"]
+    assert all(k["revoked_at"] is not None for k in listed)
 
 
 async def test_401_for_a_missing_or_unknown_key(api: Api) -> None:

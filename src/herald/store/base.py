@@ -27,6 +27,17 @@ from herald.model import (
 
 
 @dataclass(frozen=True, slots=True)
+class ApiKeyInfo:
+    """What is known of an API key: never the key, only its hash and last characters."""
+
+    key_hash: str
+    tenant_id: str
+    hint: str
+    created_at: float
+    revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     fingerprint: str
     status: int | None
@@ -235,6 +246,12 @@ class Store(Protocol):
     ) -> None: ...
 
     async def tenant_for_key(self, key_hash: str) -> str | None: ...
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
+        """The tenant's keys, newest first, revoked ones included."""
+
+    async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
+        """Revoke the tenant's unrevoked keys whose hash starts with ``hash_prefix``."""
 
     # --- key rotation -----------------------------------------------------
     async def reencrypt_secrets(

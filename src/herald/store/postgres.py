@@ -37,7 +37,13 @@ from herald.model import (
     RelayPlan,
 )
 from herald.retry import retry_storage
-from herald.store.base import STALE_CATALOG, IdempotencyRecord, RelayProcessor, load_migrations
+from herald.store.base import (
+    STALE_CATALOG,
+    ApiKeyInfo,
+    IdempotencyRecord,
+    RelayProcessor,
+    load_migrations,
+)
 from herald.store.rows import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -993,6 +999,28 @@ class PostgresStore:
             key_hash,
         )
         return str(rows[0][0]) if rows else None
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
+        rows = await self._fetch(
+            "SELECT hash, tenant_id, hint, created_at, revoked_at FROM herald_api_keys"
+            " WHERE tenant_id = $1 ORDER BY created_at DESC, hash",
+            tenant_id,
+        )
+        return [ApiKeyInfo(*row) for row in rows]
+
+    async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
+        try:
+            status = await self.pool.execute(
+                "UPDATE herald_api_keys SET revoked_at = $1"
+                " WHERE tenant_id = $2 AND left(hash, $3) = $4 AND revoked_at IS NULL",
+                now,
+                tenant_id,
+                len(hash_prefix),
+                hash_prefix,
+            )
+        except _DB_ERRORS as exc:
+            raise _wrap(exc) from exc
+        return int(status.rpartition(" ")[2])
 
     # --- key rotation -----------------------------------------------------------------
     async def reencrypt_secrets(

@@ -35,7 +35,13 @@ from herald.model import (
     OutboxRow,
     RelayPlan,
 )
-from herald.store.base import STALE_CATALOG, IdempotencyRecord, RelayProcessor, load_migrations
+from herald.store.base import (
+    STALE_CATALOG,
+    ApiKeyInfo,
+    IdempotencyRecord,
+    RelayProcessor,
+    load_migrations,
+)
 from herald.store.rows import (
     ATTEMPT_COLUMNS,
     DELIVERY_COLUMNS,
@@ -994,6 +1000,26 @@ class SQLiteStore:
             (key_hash,),
         )
         return str(rows[0][0]) if rows else None
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
+        rows = await self._fetchall(
+            "SELECT hash, tenant_id, hint, created_at, revoked_at FROM herald_api_keys"
+            " WHERE tenant_id = ? ORDER BY created_at DESC, hash",
+            (tenant_id,),
+        )
+        return [ApiKeyInfo(*row) for row in rows]
+
+    async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
+        try:
+            async with self._tx() as db:
+                cur = await db.execute(
+                    "UPDATE herald_api_keys SET revoked_at = ?"
+                    " WHERE tenant_id = ? AND substr(hash, 1, ?) = ? AND revoked_at IS NULL",
+                    (now, tenant_id, len(hash_prefix), hash_prefix),
+                )
+                return int(cur.rowcount)
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite: {exc}") from exc
 
     # --- key rotation ---------------------------------------------------------
     async def reencrypt_secrets(
