@@ -17,6 +17,7 @@ pytest 9 (it writes ``Function._nodeid``), so this uses its documented
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.support.daemon import Herald
+from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
 pytestmark = pytest.mark.e2e
 
@@ -77,11 +79,18 @@ class Seeded:
     document: dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
-    """One daemon for the module; its fuzzing tenant owns a destination, an event, a delivery."""
+@pytest.fixture(scope="module", params=BACKENDS)
+def seeded(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Seeded]:
+    """One daemon per backend for the module; its fuzzing tenant owns a destination, an
+    event, a delivery. On PostgreSQL the API answers from the other store: its errors,
+    constraints and types must map to the same documented answers."""
+    url = asyncio.run(create_postgres_database()) if request.param == "postgres" else None
     h = Herald(
-        tmp_path_factory.mktemp("schemathesis"), {"api": {"rate_limit_requests": 1_000_000}}
+        tmp_path_factory.mktemp("schemathesis"),
+        {"api": {"rate_limit_requests": 1_000_000}},
+        database_url=url,
     ).start()
     session = requests.Session()
     try:
@@ -132,6 +141,8 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
         session.close()
         if h.proc is not None and h.proc.poll() is None:
             h.kill()
+        if url is not None:
+            asyncio.run(drop_postgres_database(url))
 
 
 def _real_id(seeded: Seeded, method: str, path: str) -> str | None:
