@@ -1414,10 +1414,10 @@ def assert_rate_headers(headers: Headers, *, q: int, w: int) -> dict[str, str]:
 
 
 async def test_rate_limit_default_is_200_per_10_seconds(api: Api) -> None:
-    await fresh_rate_window(10, need=6)
+    await fresh_rate_window(10, need=8)
     started = time.monotonic()
     replies = await asyncio.gather(*(api.get(DESTS) for _ in range(200)))
-    assert time.monotonic() - started < 5, "too slow to stay inside one window"
+    assert time.monotonic() - started < 7, "too slow to stay inside one window"
     assert [r[0] for r in replies] == [200] * 200
     remaining = sorted(int(assert_rate_headers(r[1], q=200, w=10)["r"]) for r in replies)
     assert remaining == list(range(200))
