@@ -28,7 +28,7 @@ from tests.integration.conftest import (
     running,
     status,
 )
-from tests.support.receiver import Received
+from tests.support.receiver import Received, Receiver
 
 
 async def wait_for_delivery(
@@ -435,16 +435,24 @@ async def test_stop_drains_in_flight_attempts(
     assert h.rows("SELECT lease_owner FROM herald_deliveries") == [(None,)]
 
 
-async def test_stop_releases_leases_of_unfinished_deliveries(
-    harness_factory: HarnessFactory, receivers: ReceiverFactory, gate: Gate
-) -> None:
-    h = await harness_factory(delivery={"shutdown_grace_seconds": 0.2, "max_per_destination": 1})
-    tracker = Tracker(gate, 10.0)
+async def stop_with_three_claimed(
+    harness_factory: HarnessFactory,
+    receivers: ReceiverFactory,
+    gate: Gate,
+    *,
+    answer_seconds: float,
+    grace_seconds: float,
+) -> tuple[Harness, Tracker, Receiver, float]:
+    """Three deliveries to one destination limited to one at a time, all claimed by
+    ``worker-a`` and one in flight; then stop. Returns how long the stop took."""
+    h = await harness_factory(
+        delivery={"shutdown_grace_seconds": grace_seconds, "max_per_destination": 1}
+    )
+    tracker = Tracker(gate, answer_seconds)
     rx = await receivers(tracker)
     await h.add_webhook(rx.url)
     for _ in range(3):
         await h.emit("order.created")
-    ids = sorted(d.id for d in await h.deliveries())
     dispatcher = h.dispatcher(owner="worker-a")
     stop = asyncio.Event()
     task = asyncio.create_task(dispatcher.run(stop))
@@ -454,14 +462,24 @@ async def test_stop_releases_leases_of_unfinished_deliveries(
         async def all_leased() -> bool:
             return h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [("worker-a",)]
 
-        await eventually(all_leased, timeout=5, what="all three leased")
+        await eventually(all_leased, timeout=5, what="all three claimed")
         t0 = time.monotonic()
         stop.set()
         await asyncio.wait_for(task, 5)
-        assert time.monotonic() - t0 < 2.0
+        return h, tracker, rx, time.monotonic() - t0
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_stop_releases_leases_of_unfinished_deliveries(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory, gate: Gate
+) -> None:
+    h, _, rx, took = await stop_with_three_claimed(
+        harness_factory, receivers, gate, answer_seconds=10.0, grace_seconds=0.2
+    )
+    assert took < 2.0
+    ids = sorted(d.id for d in await h.deliveries())
     assert len(rx.received) == 1  # only one was ever in flight
     now = time.time()
     for dlv_id in ids:
@@ -483,29 +501,10 @@ async def test_stop_starts_nothing_new_while_it_drains(
     """Stopping lets the attempts in flight finish; deliveries claimed but still waiting
     for a slot are not started during the drain (each could take the whole deadline):
     they are released, due, for the next start."""
-    h = await harness_factory(delivery={"shutdown_grace_seconds": 10.0, "max_per_destination": 1})
-    tracker = Tracker(gate, 0.5)
-    rx = await receivers(tracker)
-    await h.add_webhook(rx.url)
-    for _ in range(3):
-        await h.emit("order.created")
-    dispatcher = h.dispatcher(owner="worker-a")
-    stop = asyncio.Event()
-    task = asyncio.create_task(dispatcher.run(stop))
-    try:
-        await rx.wait_for(lambda: len(rx.received) == 1, timeout=5, what="the first request")
-
-        async def all_leased() -> bool:
-            return h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [("worker-a",)]
-
-        await eventually(all_leased, timeout=5, what="all three claimed")
-        t0 = time.monotonic()
-        stop.set()
-        await asyncio.wait_for(task, 5)
-        assert time.monotonic() - t0 < 1.5  # one 0.5 s attempt, not three in a row
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 5)
+    h, tracker, rx, took = await stop_with_three_claimed(
+        harness_factory, receivers, gate, answer_seconds=0.5, grace_seconds=10.0
+    )
+    assert took < 1.5  # one 0.5 s attempt, not three in a row
     assert tracker.finished == 1
     assert len(rx.received) == 1
     statuses = sorted(d.status.value for d in await h.deliveries())
