@@ -8,10 +8,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import hashlib
 import os
 import re
-import secrets
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,6 +21,7 @@ import orjson
 import structlog
 
 from herald import __version__
+from herald.apikeys import API_KEY_PREFIX, hash_api_key, new_api_key
 from herald.config import Settings, load_settings, masked
 from herald.errors import BadRequest, ConfigError, HeraldError, NotFound, ValidationError
 from herald.logs import configure as configure_logs
@@ -74,10 +73,6 @@ def read_body(value: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"--data is not valid JSON: {exc}") from exc
-
-
-def hash_api_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 # --- output -------------------------------------------------------------------
@@ -136,7 +131,7 @@ async def _cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
 async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
     from herald.app import components
 
-    key = "sk_live_" + secrets.token_urlsafe(32)
+    key = new_api_key()
     async with components(settings) as comp:
         await comp.store.create_api_key(
             key_hash=hash_api_key(key), tenant_id=args.tenant, hint=key[-4:], now=time.time()
@@ -276,7 +271,6 @@ async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself."""
-    from herald.api.v2 import API_KEY_PREFIX
     from herald.app import components
 
     ref = args.key.strip()

@@ -34,6 +34,7 @@ from herald.api.errors import (
 )
 from herald.api.jsonbody import parse_body
 from herald.api.ratelimit import RateLimiter
+from herald.apikeys import API_KEY_PREFIX, hash_api_key
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
 from herald.ids import new_id
@@ -46,7 +47,6 @@ from herald.views import delivery_view, destination_view, event_view
 log = structlog.get_logger("herald.api")
 
 PREFIX = "/v2"
-API_KEY_PREFIX = "sk_live_"
 JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -61,10 +61,6 @@ TENANT = web.RequestKey("tenant", str)
 
 def _elapsed_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def json_response(data: Any, *, status: int = 200) -> web.Response:
@@ -246,7 +242,7 @@ class Api:
         key = key.strip()
         if not key.startswith(API_KEY_PREFIX) or len(key) > 200:
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
-        digest = hash_key(key)
+        digest = hash_api_key(key)
         now = time.monotonic()
         cached = self._key_cache.get(digest)
         if cached is not None and now - cached[1] < 5.0:
