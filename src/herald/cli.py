@@ -679,7 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-encrypt every destination's credentials under a new encryption key",
     )
     new = rot.add_mutually_exclusive_group(required=True)
-    new.add_argument("--new-key", help="the new key: base64 of 32 bytes")
+    new.add_argument(
+        "--new-key",
+        help="the new key: base64 of 32 bytes; write --new-key=KEY (a key may begin with -)",
+    )
     new.add_argument("--new-key-file", help="a file holding the new key ('-': stdin)")
     rot.add_argument(
         "--batch-size", type=int, default=100, help="rows per transaction (default: %(default)s)"
