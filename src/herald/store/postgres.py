@@ -524,7 +524,11 @@ class PostgresStore:
             " updated_at = GREATEST($1, updated_at + 0.000001)"
             " WHERE id = $2 AND status = 'pending_verification' AND deleted_at IS NULL"
             " AND EXISTS (SELECT 1 FROM herald_deliveries WHERE id = $3 AND status = 'success'"
-            " AND kind = 'verification')",
+            " AND kind = 'verification')"
+            # ... and no later ping was sent (ids are time-ordered): an attempt still in
+            # flight when the target changed must not verify the new target.
+            " AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = $2"
+            " AND kind = 'verification' AND id > $3)",
             now,
             dest_id,
             delivery_id,

@@ -500,8 +500,12 @@ class SQLiteStore:
             " updated_at = MAX(?, updated_at + 0.000001)"
             " WHERE id = ? AND status = 'pending_verification' AND deleted_at IS NULL"
             " AND EXISTS (SELECT 1 FROM herald_deliveries WHERE id = ? AND status = 'success'"
-            " AND kind = 'verification')",
-            (now, dest_id, delivery_id),
+            " AND kind = 'verification')"
+            # ... and no later ping was sent (ids are time-ordered): an attempt still in
+            # flight when the target changed must not verify the new target.
+            " AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = ?"
+            " AND kind = 'verification' AND id > ?)",
+            (now, dest_id, delivery_id, dest_id, delivery_id),
         )
         if cur.rowcount:
             await self._set_held(db, dest_id, held=False)
