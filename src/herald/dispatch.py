@@ -81,6 +81,10 @@ routinely wait for the SQLite writer; a window of 1x or 2x throttled the steady 
 by 5-10 % in the throughput benchmark. At 4x it only stops a stall or an outage."""
 
 
+RENEWAL_RETRY_SECONDS = 0.25
+"""After a failed lease renewal, the next try (sooner than the usual third of a lease)."""
+
+
 class Recorder:
     """Batches attempt records into one transaction per flush; retries failed writes."""
 
@@ -189,6 +193,12 @@ class Dispatcher:
         """Holding their destination's slot, waiting for a global one."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._claimed: set[str] = set()
+        self._recording: set[str] = set()
+        """Attempted, their records waiting for the recorder: still ours. Their leases are
+        renewed, and a claim that returns one of them (its lease ran out during a
+        database outage) starts nothing: the record being written settles it."""
+        self._given_up = False
+        """Stopping, the grace period is over: outcomes that still arrive are ignored."""
         self.recorder = Recorder(store, on_flush=self._flushed)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
@@ -211,6 +221,7 @@ class Dispatcher:
         self._wake.set()
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
+        self._recording.difference_update([r.attempt.delivery_id for r in batch])
         # Room for records again: start what waited for it (see _can_begin).
         ready = self._ready
         while ready and self._can_begin():
@@ -266,11 +277,13 @@ class Dispatcher:
             want = min(free, lim.claim_batch)
             saturated = [d for d, n in self._outstanding.items() if n >= lim.max_per_destination]
             # Claims are transactional: a failed one leased nothing, so it is retried
-            # as it is (a retry only ever asks for less than there is room for).
+            # as it is (a retry only ever asks for less than there is room for). The
+            # retry waits out its backoff: wake-ups that keep coming while the database
+            # is away must not turn it into a loop hammering the database.
             retrying = functools.partial(
                 retry_storage,
                 on_error=self._claim_trouble,
-                sleep=functools.partial(self._sleep, stop, slot=False),
+                sleep=functools.partial(self._sleep, stop, slot=False, wake=False),
                 until=stop.is_set,
             )
             due = await retrying(functools.partial(self._claim_due, want, saturated))
@@ -338,8 +351,10 @@ class Dispatcher:
         self._launch(due)
         return True
 
-    async def _sleep(self, stop: asyncio.Event, timeout: float, *, slot: bool) -> None:
-        events = [stop, self._wake] + ([self._slot] if slot else [])
+    async def _sleep(
+        self, stop: asyncio.Event, timeout: float, *, slot: bool, wake: bool = True
+    ) -> None:
+        events = [stop] + ([self._wake] if wake else []) + ([self._slot] if slot else [])
         waiters = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(
@@ -360,6 +375,10 @@ class Dispatcher:
             self._idle.clear()
         per_cap = self._limits.max_per_destination
         for item in due:
+            if item.id in self._claimed or item.id in self._recording:
+                # Claimed again while still ours (its lease ran out while the database
+                # was away): the claim only renewed the lease; one attempt is enough.
+                continue
             self._claimed.add(item.id)
             dest = item.destination_id
             self._outstanding[dest] += 1
@@ -398,13 +417,16 @@ class Dispatcher:
     def _done(self, item: DueDelivery, outcome: AttemptOutcome) -> None:
         """An attempt ended: record it, free its slots, start who waits for them."""
         if item.id not in self._claimed:
-            return  # given up at shutdown: its lease is released, it goes again later
+            if not self._given_up:  # given up at shutdown: it goes again later
+                log.error("attempt_outcome_unexpected", delivery_id=item.id)
+            return
         try:
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, asyncio.CancelledError):
                     log.error("attempt_lost", delivery_id=item.id, error=repr(outcome))
             else:
                 record, type_id = outcome
+                self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
         finally:
@@ -502,21 +524,26 @@ class Dispatcher:
         return record, type_id
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
-        """Keep the leases of claimed deliveries alive while they wait or run, so
-        another instance takes them over only when this one is gone."""
+        """Keep the leases of claimed deliveries alive while they wait, run or wait to be
+        recorded, so another instance takes them over only when this one is gone.
+        A failed renewal is tried again soon: the leases are running out."""
         interval = self._limits.lease_seconds / 3
+        wait = interval
         while not stop.is_set():
-            await asyncio.sleep(interval)
-            if not self._claimed:
+            await asyncio.sleep(wait)
+            ours = self._claimed | self._recording
+            if not ours:
                 continue
             try:
                 await self._store.renew_leases(
-                    list(self._claimed),
+                    list(ours),
                     owner=self.owner,
                     until=time.time() + self._limits.lease_seconds,
                 )
+                wait = interval
             except StorageError as exc:
-                log.warning("lease_renewal_failed", error=exc.message)
+                wait = min(interval, RENEWAL_RETRY_SECONDS)
+                log.warning("lease_renewal_failed", error=exc.message, retry_in=wait)
 
     async def _drain(self) -> None:
         """Let the attempts in flight finish within the grace period; then give up the
@@ -531,6 +558,7 @@ class Dispatcher:
         except TimeoutError:
             pass
         given_up = len(self._claimed)
+        self._given_up = True
         self._held.clear()
         self._ready.clear()
         tasks = list(self._tasks)

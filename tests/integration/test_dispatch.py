@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from herald.dispatch import UNWRITTEN_FACTOR, AttemptDone, Dispatcher
+from herald.errors import StorageError
 from herald.model import (
     AttemptRecord,
     Delivery,
@@ -552,3 +554,95 @@ async def test_new_attempts_wait_while_records_cannot_be_written(
 
         await eventually(all_done, timeout=10, what="30 deliveries recorded")
     assert sorted(r.envelope["data"]["n"] for r in rx.received) == list(range(30))
+
+
+async def test_a_delivery_claimed_again_while_ours_is_attempted_once(
+    harness_factory: HarnessFactory,
+    receivers: ReceiverFactory,
+    gate: Gate,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database goes away: leases cannot be renewed and records cannot be written.
+    The leases run out, so when claims work again they return deliveries this
+    dispatcher still holds: attempts running, attempts queued for a slot, and finished
+    attempts whose records wait in the recorder. None of them may start a second
+    attempt (a second send whose outcome was dropped, and slots that never came back),
+    and every lease the dispatcher holds, recorded or not, is what it tries to renew."""
+    lease = 0.4
+    h = await harness_factory(
+        delivery={"lease_seconds": lease, "max_concurrency": 4, "claim_batch_size": 64}
+    )
+    tracker = Tracker(gate, seconds=3 * lease)
+    rx = await receivers(tracker)
+    await h.add_webhook(rx.url)
+    n = 12
+    h.produce_many("a.b", [{"n": k} for k in range(n)])
+    assert await h.relay.run_once() == n
+    writable = asyncio.Event()
+    record_attempts = h.store.record_attempts
+    renew_leases = h.store.renew_leases
+    renewing: set[str] = set()
+
+    async def stalled(records: list[AttemptRecord]) -> None:
+        await writable.wait()
+        await record_attempts(records)
+
+    async def renewal_fails(ids: list[str], **kw: Any) -> int:
+        if writable.is_set():
+            return await renew_leases(ids, **kw)
+        renewing.update(ids)
+        raise StorageError("the database is away")
+
+    monkeypatch.setattr(h.store, "record_attempts", stalled)
+    monkeypatch.setattr(h.store, "renew_leases", renewal_fails)
+    dispatcher = h.dispatcher(owner="it-reclaimed")
+    async with running(dispatcher):
+        # Four run, four wait for a global slot; once the first four end unrecorded,
+        # the next claim finds all of them due again (their leases ran out).
+        async def two_rounds() -> bool:
+            return tracker.finished >= 8
+
+        await eventually(two_rounds, timeout=20, what="two rounds of attempts")
+        renewing.clear()
+        by_event = {dlv.event_id: dlv.id for dlv in await h.deliveries()}
+        finished_unrecorded = {by_event[r.envelope["id"]] for r in rx.received[:8]}
+        await asyncio.sleep(2 * lease)  # claims meanwhile return what is still ours
+        # Finished attempts waiting for the recorder keep their leases alive too.
+        assert finished_unrecorded <= renewing
+        writable.set()
+
+        async def all_done() -> bool:
+            return len(await h.deliveries(status=DeliveryStatus.SUCCESS)) == n
+
+        async def slots_back() -> bool:
+            return dispatcher.inflight == 0
+
+        await eventually(all_done, timeout=20, what=f"{n} deliveries recorded")
+        await eventually(slots_back, timeout=10, what="every slot back")
+    got = sorted(r.envelope["data"]["n"] for r in rx.received)
+    assert got == list(range(n)), f"{len(got)} requests for {n} deliveries"
+    for dlv in await h.deliveries():
+        assert len((await h.delivery(dlv.id)).attempts) == 1, dlv.id
+
+
+async def test_claims_back_off_while_the_database_is_away(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing claim waits out its backoff (0.1 s, doubling): the wake-ups that keep
+    coming meanwhile (the relay, finished attempts) must not make it retry at once."""
+    calls: list[float] = []
+
+    async def away(**_: Any) -> list[DueDelivery]:
+        calls.append(time.monotonic())
+        raise StorageError("the database is away")
+
+    monkeypatch.setattr(harness.store, "claim_due", away)
+    dispatcher = harness.dispatcher(owner="it-backoff")
+    async with running(dispatcher):
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            dispatcher.wake()
+            await asyncio.sleep(0.01)
+        assert dispatcher.storage_error == "the database is away"
+    # Tries at about 0, 0.1, 0.3 and 0.7 s (one more at the edge, on a slow machine).
+    assert 3 <= len(calls) <= 5, [round(t - calls[0], 3) for t in calls]
