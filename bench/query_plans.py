@@ -129,20 +129,21 @@ CALLS = {
 }
 NOTES = {
     "claim_due": (
-        "Two partial indexes hold only pending deliveries in `next_attempt_at` order:"
-        " `herald_deliveries_due (next_attempt_at) WHERE status = 'pending' AND held = 0` and"
-        " `herald_deliveries_pending (held, next_attempt_at) WHERE status = 'pending'`; the"
-        " planner takes either. The claim reads its first `claim_batch_size` due entries and"
-        " updates those rows, found by primary key. Finished deliveries are in neither index:"
-        " the cost follows the batch, not the table."
+        "A partial index holds only pending deliveries, in `next_attempt_at` order after"
+        " `held`: `herald_deliveries_pending (held, next_attempt_at) WHERE status = 'pending'`"
+        " (on SQLite with `destination_id` as a third column, see below). The claim reads its"
+        " first `claim_batch_size` due entries and updates those rows, found by primary key."
+        " Finished deliveries are not in the index: the cost follows the batch, not the table."
     ),
     "claim_due_excluding": (
         "The same range scan; the saturated destinations are a filter on it, so the claim"
         " reads past their due deliveries (“Rows Removed by Filter”) before it has a batch."
+        " SQLite judges them from the index entry (`destination_id` is in it); PostgreSQL"
+        " fetches each row first."
     ),
     "next_due_at": (
-        "`MIN(next_attempt_at)` over non-held pending deliveries is the first entry of one of"
-        " the same partial indexes: one index probe."
+        "`MIN(next_attempt_at)` over non-held pending deliveries is the first entry of the"
+        " same partial index after `held = 0`: one index probe."
     ),
     "list_deliveries": (
         "Equalities on tenant, destination and status, `id < cursor`, `ORDER BY id DESC"
@@ -601,7 +602,7 @@ class Explained:
     statement: Statement
     plan: list[str]
     scans: list[str]
-    """Each table access: ``Index Scan using herald_deliveries_due on herald_deliveries``,
+    """Each table access: ``Index Scan using herald_deliveries_pending on herald_deliveries``,
     ``SEARCH herald_deliveries USING INDEX …``."""
     full_scans: list[str]
     """The accesses that read a whole table or a whole index: ``Seq Scan``, an index scan

@@ -24,8 +24,8 @@ from herald.store.postgres import PostgresStore
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
 ROWS = 200_000
-PENDING = {"herald_deliveries_due", "herald_deliveries_pending"}
-"""The partial indexes of pending deliveries, in ``next_attempt_at`` order after ``held``."""
+PENDING = {"herald_deliveries_pending"}
+"""The partial index of pending deliveries, in ``next_attempt_at`` order after ``held``."""
 LISTING = {
     "herald_deliveries_destination",
     "herald_deliveries_tenant",
