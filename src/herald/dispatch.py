@@ -64,6 +64,12 @@ class Room:
     outstanding: dict[str, int]
     """A copy of the dispatcher's per-destination counts, counted up as we take."""
     cap: int
+    enough: int
+    """Outstanding deliveries of one destination from which a claim skips it."""
+
+    def claimable(self, destination_id: str) -> bool:
+        """Whether a claim would take a delivery of this destination left in the table."""
+        return self.outstanding.get(destination_id, 0) < self.enough
 
     def take(self, destination_id: str) -> bool:
         n = self.outstanding.get(destination_id, 0)
@@ -182,6 +188,9 @@ class Dispatcher:
         # Claimed and not yet recorded, per destination and in all (running or waiting).
         self._outstanding: Counter[str] = Counter()
         self._total = 0
+        self._parked = 0
+        """Of ``_total``, those beyond their destination's ``max_per_destination``: they
+        wait behind their own destination and take none of the global budget."""
         self._idle = asyncio.Event()
         self._idle.set()
         # Running attempts, in all and per destination, and the two waiting queues.
@@ -321,15 +330,9 @@ class Dispatcher:
 
     def _free(self) -> int:
         """Deliveries this dispatcher can take on now."""
-        lim = self._limits
         # Deliveries parked behind their own destination's limit do not use the
         # global budget: a slow destination's backlog must not stall the others.
-        parked = sum(
-            n - lim.max_per_destination
-            for n in self._outstanding.values()
-            if n > lim.max_per_destination
-        )
-        return lim.max_concurrency * 2 - (self._total - parked)
+        return self._limits.max_concurrency * 2 - (self._total - self._parked)
 
     def room(self) -> Room | None:
         """The relay asks before a batch: how many of its deliveries to lease to us."""
@@ -341,7 +344,14 @@ class Dispatcher:
         lim = self._limits
         # A claim takes up to claim_batch for a destination below its own limit.
         cap = max(lim.max_per_destination, lim.claim_batch)
-        return Room(self.owner, time.time() + lim.lease_seconds, free, dict(self._outstanding), cap)
+        return Room(
+            self.owner,
+            time.time() + lim.lease_seconds,
+            free,
+            dict(self._outstanding),
+            cap,
+            lim.max_per_destination,
+        )
 
     def adopt(self, due: list[DueDelivery]) -> bool:
         """Start deliveries the relay stored leased to us. False once we stop taking
@@ -381,7 +391,9 @@ class Dispatcher:
                 continue
             self._claimed.add(item.id)
             dest = item.destination_id
-            self._outstanding[dest] += 1
+            outstanding = self._outstanding[dest] = self._outstanding[dest] + 1
+            if outstanding > per_cap:
+                self._parked += 1
             self._total += 1
             n = self._running_per.get(dest, 0)
             if n >= per_cap:
@@ -441,6 +453,8 @@ class Dispatcher:
             del self._outstanding[dest]
         else:
             self._outstanding[dest] = left
+        if left >= lim.max_per_destination:
+            self._parked -= 1
         self._total -= 1
         self._running -= 1
         held = self._held.get(dest)
@@ -460,9 +474,13 @@ class Dispatcher:
             self._begin(ready.popleft())
         if self._total == 0:
             self._idle.set()
-        # Wake the claim loop only when this completion makes room it can use:
-        # its destination stops being saturated, or the global budget reopens.
-        if left == lim.max_per_destination - 1 or self._total == lim.max_concurrency * 2 - 1:
+        # Wake the claim loop only when this completion makes room it can use: its
+        # destination stops being saturated, or the global budget reopens (a parked
+        # delivery's end frees no global room: the parked count fell with the total).
+        if (
+            left == lim.max_per_destination - 1
+            or self._total - self._parked == lim.max_concurrency * 2 - 1
+        ):
             self._slot.set()
 
     async def attempt(self, item: DueDelivery) -> tuple[AttemptRecord, str]:
@@ -578,10 +596,13 @@ class Dispatcher:
             queued.extend(held)
         self._ready.clear()
         self._held.clear()
+        per_cap = self._limits.max_per_destination
         for item in queued:
             self._claimed.discard(item.id)
             dest = item.destination_id
             self._outstanding[dest] -= 1
+            if self._outstanding[dest] >= per_cap:
+                self._parked -= 1
             if self._outstanding[dest] <= 0:
                 del self._outstanding[dest]
             self._total -= 1

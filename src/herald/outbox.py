@@ -129,6 +129,19 @@ def _lossless(raw: bytes | None) -> str | None:
     return raw.decode("utf-8", "replace").replace("\x00", "\\u0000")
 
 
+def _claimable(plan: RelayPlan, room: Room | None) -> bool:
+    """Whether a claim could take a delivery this batch left in the table. Not when each
+    is held, or for a destination this process's dispatcher has enough of already: a
+    claim would skip them, and waking it for nothing costs a scan past them."""
+    if room is None:
+        return True
+    leased = set(plan.leased)
+    return any(
+        not d.held and d.id not in leased and room.claimable(d.destination_id)
+        for d in plan.deliveries
+    )
+
+
 class Relay:
     """Moves outbox rows into events and deliveries, batch by batch."""
 
@@ -232,7 +245,7 @@ class Relay:
                 log.warning("outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason)
             if plan.leased:
                 self._hand_off(plan)
-            if len(plan.deliveries) > len(plan.leased):
+            if len(plan.deliveries) > len(plan.leased) and _claimable(plan, room):
                 self._on_deliveries()
             self._on_batch(plan)
         return count

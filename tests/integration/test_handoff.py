@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from herald.dispatch import Dispatcher, Room
+from herald.dispatch import AttemptDone, Dispatcher, Room
 from herald.ids import new_id
 from herald.model import (
     DeliveryKind,
@@ -53,12 +53,98 @@ class CountingClaims:
 
 
 def test_room_takes_up_to_the_free_slots_and_the_per_destination_cap() -> None:
-    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2)
+    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2, enough=1)
     assert not room.take("busy")  # at the cap already
     assert [room.take("a"), room.take("a"), room.take("a")] == [True, True, False]  # cap
     assert room.take("b")
     assert not room.take("c")  # no free slot left
     assert room.outstanding == {"busy": 2, "a": 2, "b": 1}
+    # A claim skips a destination with ``enough`` outstanding.
+    assert [room.claimable(d) for d in ("busy", "b", "c")] == [False, False, True]
+
+
+async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deliveries a batch leaves in the table wake the claim loop only when a claim
+    could take one: not when each is held, or for a destination the dispatcher has
+    enough of (the claim would skip them, after a scan past them)."""
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url, events=["a.*"], name="a")
+    await h.add_webhook(rx.url, events=["c.*"], name="c")
+    await h.add_webhook(rx.url, events=["*"], status=DestinationStatus.INACTIVE, name="off")
+    dispatcher = h.dispatcher(owner="it-wake", max_per_destination=2, claim_batch=2)
+    dispatcher._accepting = True  # as while it runs; not started, so nothing is attempted
+    monkeypatch.setattr(dispatcher, "adopt", lambda due: True)
+    wakes: list[None] = []
+    relay = Relay(
+        h.store,
+        h.catalog,
+        h.policy,
+        batch_size=500,
+        poll_interval=0.01,
+        max_payload_bytes=h.settings.relay.max_payload_bytes,
+        handoff=dispatcher,
+        on_deliveries=lambda: wakes.append(None),
+    )
+    # Two of a's five go over leased (its cap); three stay for a claim that would
+    # skip a (two outstanding is enough), and five are held for the inactive one.
+    h.produce_many("a.x", [{"i": i} for i in range(5)])
+    assert await relay.run_once() == 5
+    assert wakes == []
+    # One free slot: c gets one, and a claim would take c's other two.
+    monkeypatch.setattr(dispatcher, "_free", lambda: 1)
+    h.produce_many("c.x", [{"i": i} for i in range(3)])
+    assert await relay.run_once() == 3
+    assert len(wakes) == 1
+    now = time.time()
+    due = await h.store.claim_due(now=now, limit=100, owner="other", lease_until=now + 60)
+    assert len(due) == 3 + 2
+
+
+async def test_deliveries_parked_behind_their_destination_use_no_global_room(
+    harness: Harness, receivers: ReceiverFactory
+) -> None:
+    """Beyond ``max_per_destination`` a destination's deliveries wait behind it and
+    take none of the global budget (twice ``max_concurrency``); as they finish, the
+    budget stays until the destination is back under its limit."""
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url, events=["a.*"])
+    out: list[tuple[DueDelivery, AttemptDone]] = []
+    dispatcher = Dispatcher(
+        h.store,
+        h.catalog,
+        h.policy,
+        h.limits(max_concurrency=4, max_per_destination=2, claim_batch=8),
+        owner="it-parked",
+        submit=lambda item, done: out.append((item, done)),
+    )
+    dispatcher._accepting = True  # as while it runs: the relay hands over
+    relay = relay_for(h, dispatcher)
+
+    def free() -> int:
+        room = dispatcher.room()
+        return 0 if room is None else room.free
+
+    assert free() == 8
+    h.produce_many("a.x", [{"i": i} for i in range(6)])
+    assert await relay.run_once() == 6
+    assert (len(out), dispatcher.inflight) == (2, 6)  # two run, four parked
+    assert free() == 6
+
+    def finish_one() -> None:
+        item, done = out.pop(0)
+        done(item, asyncio.CancelledError())  # an outcome without a record
+
+    frees = []
+    for _ in range(6):
+        finish_one()
+        frees.append(free())
+    # Four parked ones end first (the next ones start in their place), then the two.
+    assert frees == [6, 6, 6, 6, 7, 8]
+    assert dispatcher.inflight == 0
 
 
 async def test_relayed_deliveries_are_attempted_without_a_claim(
