@@ -18,6 +18,12 @@ separates that from the slowness: the tenth destination present but inactive
 (its deliveries written and held, none attempted). "with / inactive" is then
 the share of healthy throughput the slowness alone costs.
 
+A phase lasts about five seconds, and on a shared 2-core machine one phase can
+run 10 % faster or slower than the next for no reason of Herald's. So the three
+phases run ``--rounds`` times (3), each round starting with another phase, and
+every figure is the median; the ratios are those of the medians, and the ratio
+of each round is printed beside them.
+
 Hostile receivers (issue 9): then the same nine healthy destinations alone, and
 beside six hostile ones — ``tests/support/hostile.py`` run as a process of its
 own (``python -m tests.support.hostile``): one black hole (reads the request,
@@ -93,6 +99,8 @@ HELP = (
 )
 HEALTHY = 9
 EVENTS, QUICK_EVENTS = 5_000, 500
+ROUNDS = 3
+PHASES = ("without", "inactive", "with")
 SLOW_SECONDS = 4.9
 # The hostile scenario (issue 9).
 HOSTILE_SLOW_SECONDS = 10.0
@@ -107,6 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=None, help=f"events ({EVENTS})")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_EVENTS} events")
     parser.add_argument("--timeout", type=float, default=DEFAULT_PHASE_TIMEOUT)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"rounds of the three phases; each figure is the median ({ROUNDS}; 1 with --quick)",
+    )
     parser.add_argument(
         "--hostile-events",
         type=int,
@@ -457,8 +471,15 @@ def _hostile_scenario(
     return result, report
 
 
+def _median(runs: list[tuple[Burst, dict[str, Any]]]) -> tuple[Burst, dict[str, Any]]:
+    """The run of median healthy throughput (the lower middle one of an even count)."""
+    ordered = sorted(runs, key=lambda got: got[0].per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def run(args: argparse.Namespace) -> int:
     events = args.events or (QUICK_EVENTS if args.quick else EVENTS)
+    rounds = args.rounds or (1 if args.quick else ROUNDS)
     load_before = load_avg()
     with tempfile.TemporaryDirectory(prefix="herald-bench-") as scratch:
         workdir = Path(scratch)
@@ -469,16 +490,26 @@ def run(args: argparse.Namespace) -> int:
             ) as slow_recv,
         ):
             urls = [f"{recv.base}/healthy/{i}" for i in range(HEALTHY)]
-            for phase in ("without", "inactive", "with"):
-                (workdir / phase).mkdir()
-            without, _ = _run(workdir / "without", urls, events, None, args.timeout)
-            log(f"without the slow destination: {without.per_s:,.0f} healthy deliveries/s")
-            inactive, _ = _run(
-                workdir / "inactive", urls, events, slow_recv.url, args.timeout, tenth_inactive=True
-            )
-            log(f"with a tenth, inactive destination: {inactive.per_s:,.0f} healthy deliveries/s")
-            with_slow, slow = _run(workdir / "with", urls, events, slow_recv.url, args.timeout)
-            log(f"with the slow destination: {with_slow.per_s:,.0f} healthy deliveries/s")
+            runs: dict[str, list[tuple[Burst, dict[str, Any]]]] = {p: [] for p in PHASES}
+            for r in range(rounds):
+                # Each round starts with another phase: a drift of the machine over the
+                # rounds (another tenant, a warming cache) then falls on every phase.
+                for phase in PHASES[r % 3 :] + PHASES[: r % 3]:
+                    phase_dir = workdir / f"{phase}-{r}"
+                    phase_dir.mkdir()
+                    got = _run(
+                        phase_dir,
+                        urls,
+                        events,
+                        None if phase == "without" else slow_recv.url,
+                        args.timeout,
+                        tenth_inactive=phase == "inactive",
+                    )
+                    runs[phase].append(got)
+                    log(f"round {r + 1}, {phase}: {got[0].per_s:,.0f} healthy deliveries/s")
+            without, _ = _median(runs["without"])
+            inactive, _ = _median(runs["inactive"])
+            with_slow, slow = _median(runs["with"])
             load_after = load_avg()
             (workdir / "hostile").mkdir()
             hostile, hostile_report = _hostile_scenario(
@@ -486,9 +517,13 @@ def run(args: argparse.Namespace) -> int:
             )
     ratio = with_slow.per_s / without.per_s
     ratio_inactive = with_slow.per_s / inactive.per_s
+    per_round = [
+        round(w[0].per_s / wo[0].per_s, 3)
+        for w, wo in zip(runs["with"], runs["without"], strict=True)
+    ]
     print(
         f"\nisolation, SQLite, {HEALTHY} healthy destinations (nginx) x {events} events;"
-        f" {machine()}"
+        f" median of {rounds} round(s); {machine()}"
     )
     print(f"load average (1 min) before/after: {load_before}/{load_after}")
     print(
@@ -522,7 +557,10 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     )
-    print(f"\nhealthy throughput with / without the slow destination: {ratio:.3f}")
+    print(
+        f"\nhealthy throughput with / without the slow destination: {ratio:.3f}"
+        f" (medians; round by round {', '.join(f'{x:.3f}' for x in per_round)})"
+    )
     print(
         "healthy throughput with the slow destination / with it inactive (the same fan-out,"
         f" so only its slowness differs): {ratio_inactive:.3f}"
@@ -535,6 +573,11 @@ def run(args: argparse.Namespace) -> int:
         "healthy_per_s_without": round(without.per_s, 1),
         "healthy_per_s_with": round(with_slow.per_s, 1),
         "ratio_with_over_without": round(ratio, 3),
+        "rounds": rounds,
+        "ratio_with_over_without_by_round": per_round,
+        "healthy_per_s_by_round": {
+            phase: [round(b.per_s, 1) for b, _ in got] for phase, got in runs.items()
+        },
         "healthy_per_s_tenth_inactive": round(inactive.per_s, 1),
         "ratio_with_over_tenth_inactive": round(ratio_inactive, 3),
         "slow_destination": slow,
