@@ -44,7 +44,7 @@ from herald.retry import RetryPolicy
 from herald.service import DestinationService
 from herald.store import Store, make_store
 from herald.systemd import Notifier
-from herald.workers import WorkerPool, run_dispatcher
+from herald.workers import Forked, WorkerPool, run_dispatcher
 
 log = structlog.get_logger("herald")
 
@@ -163,9 +163,17 @@ class InstanceLock:
 class Daemon:
     """``herald run``: relay, workers and the HTTP server until SIGTERM/SIGINT."""
 
-    def __init__(self, settings: Settings, *, config_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        config_path: Path | None = None,
+        forked: list[Forked] | None = None,
+    ) -> None:
         self.settings = settings
         self.config_path = config_path
+        self.forked = forked
+        """Attempt processes forked before the event loop started (herald.workers)."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{new_id('')[:10]}"
         started = time.time()
         self.instance = Instance(
@@ -236,7 +244,9 @@ class Daemon:
             for rejection in plan.rejected:
                 metrics.rejected(rejection.reason)
 
-        pool = WorkerPool(s, config_path=self.config_path) if d.worker_processes > 1 else None
+        pool = None
+        if d.worker_processes > 1:
+            pool = WorkerPool(s, config_path=self.config_path, forked=self.forked)
         dispatcher = Dispatcher(
             comp.store,
             comp.catalog,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import getpass
 import os
 import re
@@ -633,10 +634,17 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from herald.app import Daemon
     from herald.logs import configure
+    from herald.workers import fork_workers
 
     configure(level=settings.log.level, fmt=settings.log.format)
+    forked = None
+    if settings.delivery.worker_processes > 1:
+        # Now, with everything imported and before any loop or thread exists.
+        forked = fork_workers(
+            settings.delivery.worker_processes, functools.partial(_cmd_worker, settings, args)
+        )
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(Daemon(settings, config_path=args.config).run())
+        return runner.run(Daemon(settings, config_path=args.config, forked=forked).run())
 
 
 # --- parser -------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Attempt processes: the network half of delivery on more than one core.
 
 One Python process makes attempts on one core. With ``delivery.worker_processes``
-above 1, ``herald run`` starts that many ``herald worker`` children and hands them
+above 1, ``herald run`` forks that many children at start (:func:`fork_workers`; where
+fork is unsafe it executes ``herald worker`` processes instead) and hands them
 the attempts themselves: signing, the request, the response. Everything that
 touches the database stays in the parent — the relay, the claims, the attempt
 records, the API — so one process writes the database (SQLite gets no cross-process
@@ -10,7 +11,9 @@ enforced where the claims are made, exactly as with one process.
 
 Parent and child talk over the child's stdin and stdout, one JSON object per line:
 
-- parent → child: ``{"op": "attempt", ...}`` (a claimed delivery and its event), or
+- parent → child: first ``{"op":"start"}`` once the database is migrated (a forked
+  child waits for it; its input ending first means the daemon gave up), then
+  ``{"op": "attempt", ...}`` (a claimed delivery and its event), or
   ``{"op": "changed"}`` (destinations changed: reload them). End of input: the
   child finishes what it has, answers, and exits.
 - child → parent: first ``{"op":"ready"}`` once loaded (``herald run`` waits for
@@ -27,11 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import os
 import signal
 import sys
+import threading
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -52,8 +61,12 @@ log = structlog.get_logger("herald.workers")
 
 LINE_LIMIT = 1 << 26  # an event of up to relay.max_payload_bytes, and then some
 CATALOG_POLL_SECONDS = 1.0
+START = b'{"op":"start"}\n'
+"""The parent's first line: the database is migrated, go and read it."""
 READY = b'{"op":"ready"}\n'
 """A child's first line: loaded, catalog read, ready for attempts."""
+TITLE = b"herald worker"
+"""A forked child's process name (``top``, ``pgrep``; the command line stays the parent's)."""
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -141,13 +154,11 @@ async def serve_worker(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: None)
 
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, sys.stdout.buffer
-    )
-    out = asyncio.StreamWriter(transport, protocol, None, loop)
-
+    reader, out = await _pipe_streams(loop, read_fd=0, write_fd=1)
+    # A forked child waits here until the parent has migrated the database.
+    first = await reader.readline()
+    if first != START:
+        return 0 if not first else 2  # the parent went away before it started us
     records = LineBatcher(out, loop)
 
     async with components(settings) as comp:
@@ -195,11 +206,138 @@ async def serve_worker(settings: Settings) -> int:
     return 0
 
 
+async def _pipe_streams(
+    loop: asyncio.AbstractEventLoop, *, read_fd: int, write_fd: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Stream reader and writer over two pipe ends (the file descriptors pass to them)."""
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb", buffering=0)
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+# --- forking the children -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Forked:
+    """A child forked by :func:`fork_workers`, waiting for :data:`START`."""
+
+    pid: int
+    stdin: int
+    """The parent's end of the child's input."""
+    stdout: int
+    """The parent's end of the child's output."""
+
+
+def fork_workers(count: int, child_main: Callable[[], int]) -> list[Forked] | None:
+    """Fork ``count`` attempt processes that run ``child_main`` on their own pipes.
+
+    Called by ``herald run`` before it starts an event loop or a thread: a child then
+    begins with every module imported, where a ``herald worker`` it would execute
+    spends a third of a second importing them again (a third of the daemon's start).
+    None where fork is not available or not safe (a thread runs already): the pool
+    then starts ``herald worker`` processes instead.
+    """
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children: list[Forked] = []
+    for _ in range(count):
+        child_in, parent_out = os.pipe()
+        parent_in, child_out = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            code = 1
+            try:
+                os.close(parent_out)
+                os.close(parent_in)
+                for sibling in children:
+                    os.close(sibling.stdin)
+                    os.close(sibling.stdout)
+                os.dup2(child_in, 0)
+                os.dup2(child_out, 1)
+                os.close(child_in)
+                os.close(child_out)
+                _become_worker()
+                code = child_main()
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(child_in)
+        os.close(child_out)
+        children.append(Forked(pid, parent_out, parent_in))
+    return children
+
+
+def _become_worker() -> None:
+    """Signals are the parent's to act on (it closes our input to stop us); and a name
+    of our own for ``top`` and ``pgrep``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(Exception):  # Linux only, and only cosmetic
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(TITLE), 0, 0, 0)  # PR_SET_NAME
+
+
+class _Process(Protocol):
+    """What the pool needs of a child: asyncio's Process, or a forked one."""
+
+    pid: int
+    stdin: asyncio.StreamWriter | None
+    stdout: asyncio.StreamReader | None
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedProcess:
+    """A forked child as the pool drives it, like asyncio's Process: pipes and exit."""
+
+    def __init__(self, pid: int, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
+        self.pid = pid
+        self.stdin: asyncio.StreamWriter | None = stdin
+        self.stdout: asyncio.StreamReader | None = stdout
+        self._exit: asyncio.Future[tuple[int, int]] | None = None
+        self._returncode: int | None = None
+
+    @classmethod
+    async def attach(cls, child: Forked) -> ForkedProcess:
+        loop = asyncio.get_running_loop()
+        reader, writer = await _pipe_streams(loop, read_fd=child.stdout, write_fd=child.stdin)
+        return cls(child.pid, writer, reader)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    async def wait(self) -> int:
+        if self._exit is None:
+            # One waiting thread per child, as asyncio's own child watcher does.
+            self._exit = asyncio.ensure_future(asyncio.to_thread(os.waitpid, self.pid, 0))
+        _, status = await asyncio.shield(self._exit)
+        self._returncode = os.waitstatus_to_exitcode(status)
+        return self._returncode
+
+    def kill(self) -> None:
+        if self._returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 # --- the parent ---------------------------------------------------------------------------
 @dataclass(slots=True)
 class _Child:
     index: int
-    proc: asyncio.subprocess.Process
+    proc: _Process
     input: LineBatcher = field(repr=False)
     """The child's stdin, a line per attempt, written once per loop turn."""
     waiting: dict[str, tuple[DueDelivery, AttemptDone]] = field(default_factory=dict)
@@ -210,9 +348,13 @@ class _Child:
 class WorkerPool:
     """The parent's side: starts the children and sends each attempt to one of them."""
 
-    def __init__(self, settings: Settings, *, config_path: Path | None) -> None:
+    def __init__(
+        self, settings: Settings, *, config_path: Path | None, forked: list[Forked] | None = None
+    ) -> None:
         self._settings = settings
         self._config_path = config_path
+        self._forked = forked
+        """Children forked at start-up (:func:`fork_workers`); else they are executed."""
         self._children: list[_Child] = []
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -230,14 +372,19 @@ class WorkerPool:
             argv += ["--config", str(self._config_path)]
         try:
             for index in range(1, self._settings.delivery.worker_processes + 1):
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    limit=LINE_LIMIT,
-                )
+                proc: _Process
+                if self._forked is not None:
+                    proc = await ForkedProcess.attach(self._forked[index - 1])
+                else:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=asyncio.subprocess.PIPE,
+                        stdout=asyncio.subprocess.PIPE,
+                        limit=LINE_LIMIT,
+                    )
                 assert proc.stdin is not None
                 self._children.append(_Child(index, proc, LineBatcher(proc.stdin, self._loop)))
+                proc.stdin.write(START)
             async with asyncio.timeout(timeout):
                 await asyncio.gather(*(self._ready(c) for c in self._children))
         except BaseException:

@@ -31,15 +31,19 @@ WORKERS = {"delivery": {"worker_processes": 2}}
 
 
 def children(pid: int) -> list[int]:
-    """Live child processes of ``pid`` running ``herald worker``."""
+    """Live child processes of ``pid`` that are attempt processes: forked by ``herald
+    run`` and named ``herald worker`` (what ``top`` and ``pgrep`` show), or executed as
+    ``herald worker``."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            comm = (stat.parent / "comm").read_text().strip()
             cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"worker" in cmdline:
+        worker = comm == "herald worker" or b"worker" in cmdline
+        if int(fields[1]) == pid and fields[0] != "Z" and worker:
             found.append(int(stat.parent.name))
     return sorted(found)
 
@@ -61,6 +65,9 @@ async def test_worker_processes_deliver_every_event_once_signed(
     assert h.proc is not None
     workers = children(h.proc.pid)
     assert len(workers) == 2, workers
+    # Forked (none of them spent its start importing Herald again), and named for `top`.
+    titles = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in workers}  # noqa: ASYNC240
+    assert titles == {"herald worker"}
     # Ready means ready: the children had loaded before the daemon said it serves.
     names = [e.get("event") for e in h.log_events()]
     assert names.index("workers_started") < names.index("herald_started"), names
@@ -130,6 +137,39 @@ async def test_a_killed_worker_stops_the_instance_and_nothing_is_lost(
         assert await h.astop() == 0
     finally:
         await r.stop()
+
+
+async def test_children_that_never_start_go_with_a_daemon_that_fails_first(
+    herald_factory: HeraldFactory,
+) -> None:
+    """``herald run`` forks its children before anything else, and they wait for the
+    database to be migrated. A daemon that gives up before (here: the schema is newer
+    than this Herald) leaves none of them behind."""
+    h = herald_factory(WORKERS, start=False)
+    h.cli("migrate")
+    h.query(
+        "INSERT INTO herald_schema_migrations (version, name, applied_at)"
+        " VALUES (999, 'from the future', 0)"
+    )
+    with pytest.raises(AssertionError, match="herald run exited with 1"):
+        await h.astart()
+    assert "newer than this Herald" in h.log()
+    mine = str(h.config_path).encode()
+
+    def left_behind() -> list[int]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if mine in cmdline.read_bytes() and alive(int(cmdline.parent.name)):
+                    found.append(int(cmdline.parent.name))
+            except (OSError, ValueError):
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while left_behind():
+        assert time.monotonic() < deadline, f"children outlived the daemon: {left_behind()}"
+        await asyncio.sleep(0.1)
 
 
 async def test_a_worker_that_cannot_start_fails_the_start_loudly(tmp_path: Path) -> None:

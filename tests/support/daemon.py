@@ -95,6 +95,7 @@ class Herald:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self._close_log()
                 raise AssertionError(
                     f"herald run exited with {self.proc.returncode}:\n{self.log()}"
                 )
