@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -281,7 +280,8 @@ def _become_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(Exception):  # Linux only, and only cosmetic
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # The process's own symbols include libc's (find_library would run ldconfig).
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(15, ctypes.c_char_p(TITLE), 0, 0, 0)  # PR_SET_NAME
 
 
