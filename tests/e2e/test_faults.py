@@ -363,6 +363,12 @@ async def test_database_outage_mid_run_loses_no_attempt_outcome(
     # second attempt, and every slot came back: the stop did not wait out its grace.
     for unwanted in ("attempt_outcome_unexpected", "attempts_cancelled_at_shutdown"):
         assert not [e for e in events if e.get("event") == unwanted], unwanted
+    # ... nor were they sent twice: no delivery has two attempts of the same number.
+    twice = h.query(
+        "SELECT delivery_id, number FROM herald_attempts"
+        " GROUP BY delivery_id, number HAVING COUNT(*) > 1"
+    )
+    assert not twice, twice[:5]
 
 
 @contextlib.contextmanager
