@@ -274,7 +274,7 @@ class Daemon:
         def changed() -> None:
             if pool is not None:
                 pool.changed()
-            dispatcher.wake()
+            dispatcher.rescan()
             relay.wake()
 
         comp.service = DestinationService(
@@ -456,7 +456,7 @@ class Daemon:
             log.warning("instance_presumed_dead", instance=instance_id, released=released)
         if reaped:
             self.metrics.reaped(len(reaped), sum(reaped.values()))
-            dispatcher.wake()
+            dispatcher.rescan()
         live = sum(1 for i in instances if now - i.heartbeat_at <= d.instance_timeout_seconds)
         self.metrics.set_instances(live)
 

@@ -80,6 +80,22 @@ class Room:
         return True
 
 
+DUE_FLOOR_SECONDS = 2.0
+"""How long claims may skip the due deliveries they found to be all of saturated
+destinations (see ``Dispatcher._claim_due``) before one scans from the oldest again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """What a claim learnt: every due delivery older than ``due_since`` that it did not
+    take is of a destination in ``excluded`` (it reads them in due order)."""
+
+    due_since: float
+    excluded: frozenset[str]
+    until: float
+    """``time.monotonic()`` after which the next claim scans everything again."""
+
+
 UNWRITTEN_FACTOR = 4
 """Finished attempts that may wait for the writer, in multiples of max_concurrency.
 At full load on 2 cores the records of 260-560 attempts (with max_concurrency 256)
@@ -185,6 +201,10 @@ class Dispatcher:
         self._done_cb: AttemptDone = self._done
         self._wake = asyncio.Event()
         self._slot = asyncio.Event()
+        # A claim skips destinations with this many outstanding: the most a claim or a
+        # relay batch gives one (more than it can run: its next ones wait in memory).
+        self._enough = max(limits.max_per_destination, limits.claim_batch)
+        self._floor: _Floor | None = None
         # Claimed and not yet recorded, per destination and in all (running or waiting).
         self._outstanding: Counter[str] = Counter()
         self._total = 0
@@ -235,7 +255,9 @@ class Dispatcher:
         ready = self._ready
         while ready and self._can_begin():
             self._begin(ready.popleft())
-        if any(r.next_attempt_at is not None or r.activates_destination for r in batch):
+        if any(r.activates_destination for r in batch):
+            self.rescan()  # its held deliveries are due, since they were written
+        elif any(r.next_attempt_at is not None for r in batch):
             self._wake.set()
 
     def _can_begin(self) -> bool:
@@ -284,7 +306,7 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=True)
                 continue
             want = min(free, lim.claim_batch)
-            saturated = [d for d, n in self._outstanding.items() if n >= lim.max_per_destination]
+            saturated = [d for d, n in self._outstanding.items() if n >= self._enough]
             # Claims are transactional: a failed one leased nothing, so it is retried
             # as it is (a retry only ever asks for less than there is room for). The
             # retry waits out its backoff: wake-ups that keep coming while the database
@@ -315,14 +337,46 @@ class Dispatcher:
                 await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
 
     async def _claim_due(self, want: int, saturated: list[str]) -> list[DueDelivery]:
+        """Claim what is due, skipping ``saturated`` destinations.
+
+        Their due deliveries come first in due order (they wait there while the
+        destination is busy), and a claim read past them every time: a slow
+        destination's backlog of 20,000 made each claim 1.3 ms longer. A claim that
+        skipped some tells us that every due delivery older than the first it took is
+        theirs; while they stay saturated (and for ``DUE_FLOOR_SECONDS`` at most, a
+        bound on what a peer's locked rows or clock could hide), the next claims start
+        there. Anything else that makes old deliveries due again clears it
+        (:meth:`rescan`); new ones are due from now on, past it.
+        """
         now = time.time()
-        return await self._store.claim_due(
+        excluded = frozenset(saturated)
+        floor = self._floor
+        if floor is not None and not (
+            excluded >= floor.excluded and time.monotonic() < floor.until
+        ):
+            floor = None
+        due = await self._store.claim_due(
             now=now,
             limit=want,
             owner=self.owner,
             lease_until=now + self._limits.lease_seconds,
             exclude_destinations=saturated,
+            due_since=None if floor is None else floor.due_since,
         )
+        if not excluded:
+            self._floor = None
+        elif due:
+            until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
+            self._floor = _Floor(min(d.due_at for d in due), excluded, until)
+        else:
+            self._floor = floor
+        return due
+
+    def rescan(self) -> None:
+        """Deliveries that were due earlier may be due now (destinations activated or
+        changed, deliveries re-queued): the next claim reads from the oldest again."""
+        self._floor = None
+        self._wake.set()
 
     def _claim_trouble(self, exc: StorageError, delay: float) -> None:
         self._claim_error = exc.message
@@ -343,14 +397,13 @@ class Dispatcher:
             return None
         lim = self._limits
         # A claim takes up to claim_batch for a destination below its own limit.
-        cap = max(lim.max_per_destination, lim.claim_batch)
         return Room(
             self.owner,
             time.time() + lim.lease_seconds,
             free,
             dict(self._outstanding),
-            cap,
-            lim.max_per_destination,
+            self._enough,
+            self._enough,
         )
 
     def adopt(self, due: list[DueDelivery]) -> bool:
@@ -477,10 +530,7 @@ class Dispatcher:
         # Wake the claim loop only when this completion makes room it can use: its
         # destination stops being saturated, or the global budget reopens (a parked
         # delivery's end frees no global room: the parked count fell with the total).
-        if (
-            left == lim.max_per_destination - 1
-            or self._total - self._parked == lim.max_concurrency * 2 - 1
-        ):
+        if left == self._enough - 1 or self._total - self._parked == lim.max_concurrency * 2 - 1:
             self._slot.set()
 
     async def attempt(self, item: DueDelivery) -> tuple[AttemptRecord, str]:

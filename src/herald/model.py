@@ -207,6 +207,8 @@ class DueDelivery:
     attempt_count: int
     max_attempts: int
     event: Event
+    due_at: float = 0.0
+    """When it was due (its ``next_attempt_at`` before the claim leased it)."""
 
 
 @dataclass(slots=True)

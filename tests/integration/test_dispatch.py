@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
+from herald import dispatch
 from herald.dispatch import UNWRITTEN_FACTOR, AttemptDone, Dispatcher
 from herald.errors import StorageError
+from herald.ids import new_id
 from herald.model import (
     AttemptRecord,
     Delivery,
@@ -20,6 +24,7 @@ from herald.model import (
     DueDelivery,
     Outcome,
 )
+from herald.timeutil import format_epoch
 from tests.integration.conftest import (
     Gate,
     Harness,
@@ -646,3 +651,143 @@ async def test_claims_back_off_while_the_database_is_away(
         assert dispatcher.storage_error == "the database is away"
     # Tries at about 0, 0.1, 0.3 and 0.7 s (one more at the edge, on a slow machine).
     assert 3 <= len(calls) <= 5, [round(t - calls[0], 3) for t in calls]
+
+
+async def produce_while_running(h: Harness, type_: str, numbers: Iterable[int]) -> None:
+    """Outbox rows written through the store (``herald emit``'s way): a write on the
+    test's own connection would wait for the dispatcher's transaction, which waits for
+    this event loop."""
+    for i in numbers:
+        await h.store.insert_outbox(
+            id=new_id("evt_"),
+            tenant_id="default",
+            type=type_,
+            data=orjson.dumps({"i": i}),
+            created_at=format_epoch(time.time()),
+        )
+
+
+class ClaimSpy:
+    """Wraps the store's claim and keeps, per call, the ``due_since`` it was given."""
+
+    def __init__(self, h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.since: list[float | None] = []
+        original = h.store.claim_due
+
+        async def claim_due(**kwargs: Any) -> list[DueDelivery]:
+            self.since.append(kwargs.get("due_since"))
+            return await original(**kwargs)
+
+        monkeypatch.setattr(h.store, "claim_due", claim_due)
+
+
+async def test_claims_start_past_a_saturated_destinations_backlog_and_miss_nothing(
+    harness_factory: HarnessFactory,
+    receivers: ReceiverFactory,
+    gate: Gate,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slow destination's due backlog lies first in due order. Once a claim has read
+    past it, the next ones start where it found other work, while the destination
+    stays saturated; when it drains, its backlog is claimed again from the oldest."""
+    h = await harness_factory(
+        delivery={"max_concurrency": 4, "max_per_destination": 1, "claim_batch_size": 2}
+    )
+    tracker = Tracker(gate, 1.0)
+    slow_rx = await receivers(tracker)
+    fast_rx = await receivers()
+    slow = await h.add_webhook(slow_rx.url, events=["slow.*"])
+    await h.add_webhook(fast_rx.url, events=["fast.*"])
+    h.produce_many("slow.thing", [{"i": i} for i in range(6)])
+    assert await h.relay.run_once() == 6
+    spy = ClaimSpy(h, monkeypatch)
+    dispatcher = h.dispatcher(owner="it-floor")
+    async with running(dispatcher, stop_timeout=20):
+
+        async def slow_saturated() -> bool:
+            return tracker.current == 1
+
+        await eventually(slow_saturated, timeout=5, what="the slow destination busy")
+        for n in range(3):  # work for the fast one, after the slow backlog
+            await produce_while_running(h, "fast.thing", range(4 * n, 4 * n + 4))
+            assert await h.relay.run_once() == 4
+            dispatcher.wake()
+
+            def arrived(count: int = 4 * n + 4) -> bool:
+                return len(fast_rx.received) == count
+
+            await fast_rx.wait_for(arrived, timeout=5)
+        assert any(since is not None for since in spy.since), spy.since
+
+        async def all_done() -> bool:
+            return len(await h.deliveries(status=DeliveryStatus.SUCCESS)) == 6 + 12
+
+        await eventually(all_done, timeout=30, what="every delivery, the slow ones too")
+    assert sorted(r.envelope["data"]["i"] for r in slow_rx.received) == list(range(6))
+    assert len(fast_rx.received) == 12
+    assert tracker.peak == 1
+    assert h.rows(
+        "SELECT COUNT(*) FROM herald_deliveries WHERE destination_id = ? AND status = 'success'",
+        (slow.id,),
+    ) == [(6,)]
+
+
+async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
+    harness_factory: HarnessFactory,
+    receivers: ReceiverFactory,
+    gate: Gate,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Held deliveries that become due (their destination activated) are older than
+    the point claims start from past a saturated destination: a rescan finds them at
+    once, not when that point expires."""
+    monkeypatch.setattr(dispatch, "DUE_FLOOR_SECONDS", 600.0)
+    h = await harness_factory(
+        delivery={
+            "max_concurrency": 4,
+            "max_per_destination": 1,
+            "claim_batch_size": 2,
+            "webhook_timeout_seconds": 60.0,  # the slow destination stays saturated
+        }
+    )
+    tracker = Tracker(gate, 30.0)
+    slow_rx = await receivers(tracker)
+    late_rx = await receivers()
+    fast_rx = await receivers()
+    await h.add_webhook(slow_rx.url, events=["slow.*"])
+    late = await h.add_webhook(
+        late_rx.url, events=["late.*"], status=DestinationStatus.INACTIVE, name="late"
+    )
+    await h.add_webhook(fast_rx.url, events=["fast.*"], name="fast")
+    h.produce_many("slow.thing", [{"i": i} for i in range(6)])
+    h.produce_many("late.thing", [{"i": i} for i in range(3)])  # held: inactive
+    assert await h.relay.run_once() == 9
+    spy = ClaimSpy(h, monkeypatch)
+    dispatcher = h.dispatcher(owner="it-rescan")
+    async with running(dispatcher, stop_timeout=40):
+
+        async def slow_saturated() -> bool:
+            return tracker.current == 1
+
+        await eventually(slow_saturated, timeout=5, what="the slow destination busy")
+        await produce_while_running(h, "fast.thing", range(1))
+        assert await h.relay.run_once() == 1
+        dispatcher.wake()
+        await fast_rx.wait_for(lambda: len(fast_rx.received) == 1, timeout=5)
+
+        async def skipping() -> bool:
+            return spy.since[-1] is not None
+
+        dispatcher.wake()
+        await eventually(skipping, timeout=5, what="claims that start past the backlog")
+        # Activated (as PATCH status does): its held deliveries are due, since written.
+        stored = await h.store.get_destination(None, late.id)
+        assert stored is not None
+        active = dataclasses.replace(
+            stored, status=DestinationStatus.ACTIVE, updated_at=time.time()
+        )
+        assert await h.store.update_destination(active)
+        await h.catalog.refresh(force=True)
+        dispatcher.rescan()
+        await late_rx.wait_for(lambda: len(late_rx.received) == 3, timeout=5)
+        gate.release()

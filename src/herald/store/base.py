@@ -113,8 +113,11 @@ class Store(Protocol):
         owner: str,
         lease_until: float,
         exclude_destinations: Sequence[str] = (),
+        due_since: float | None = None,
     ) -> list[DueDelivery]:
-        """Lease up to ``limit`` due deliveries of unheld destinations."""
+        """Lease up to ``limit`` due deliveries of unheld destinations, oldest first;
+        with ``due_since``, only those due since then (the caller knows that the older
+        ones are all of ``exclude_destinations``)."""
 
     async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:
         """Extend the leases ``owner`` holds on ``ids`` (attempts still running)."""

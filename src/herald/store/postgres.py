@@ -429,20 +429,26 @@ class PostgresStore:
         owner: str,
         lease_until: float,
         exclude_destinations: Sequence[str] = (),
+        due_since: float | None = None,
     ) -> list[DueDelivery]:
+        since = "" if due_since is None else " AND next_attempt_at >= $6"
         async with self._tx() as conn:
+            # The subquery's next_attempt_at is the old one: when each was due.
             claimed = await conn.fetch(
-                "UPDATE herald_deliveries SET lease_owner = $1, next_attempt_at = $2"
-                " WHERE id IN (SELECT id FROM herald_deliveries"
-                "   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3"
+                "UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2"
+                " FROM (SELECT id, next_attempt_at FROM herald_deliveries"
+                f"   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}"
                 "   AND NOT (destination_id = ANY($4::text[]))"
-                "   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED)"
-                " RETURNING id, destination_id, kind, attempt_count, max_attempts, event_id",
+                "   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s"
+                " WHERE d.id = s.id"
+                " RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts,"
+                " d.event_id, s.next_attempt_at",
                 owner,
                 lease_until,
                 now,
                 list(exclude_destinations),
                 limit,
+                *(() if due_since is None else (due_since,)),
             )
             if not claimed:
                 return []
@@ -454,7 +460,8 @@ class PostgresStore:
                 )
             }
         return [
-            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5]]) for r in claimed
+            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5]], r[6])
+            for r in claimed
         ]
 
     async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:

@@ -393,23 +393,34 @@ class SQLiteStore:
         owner: str,
         lease_until: float,
         exclude_destinations: Sequence[str] = (),
+        due_since: float | None = None,
     ) -> list[DueDelivery]:
-        exclude = ""
+        where = "status = 'pending' AND held = 0 AND next_attempt_at <= ?"
+        params: list[Any] = [now]
+        if due_since is not None:
+            where += " AND next_attempt_at >= ?"
+            params.append(due_since)
         if exclude_destinations:
-            exclude = f" AND destination_id NOT IN ({_placeholders(len(exclude_destinations))})"
+            where += f" AND destination_id NOT IN ({_placeholders(len(exclude_destinations))})"
+            params.extend(exclude_destinations)
         try:
             async with self._tx() as db:
+                # Selected, then leased: RETURNING would give the new next_attempt_at,
+                # and the caller wants when each was due.
                 claimed = await self._fetchall(
-                    "UPDATE herald_deliveries SET lease_owner = ?, next_attempt_at = ?"
-                    " WHERE id IN (SELECT id FROM herald_deliveries"
-                    " WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?"
-                    f"{exclude} ORDER BY next_attempt_at LIMIT ?)"
-                    " RETURNING id, destination_id, kind, attempt_count, max_attempts, event_id",
-                    (owner, lease_until, now, *exclude_destinations, limit),
+                    "SELECT id, destination_id, kind, attempt_count, max_attempts, event_id,"
+                    f" next_attempt_at FROM herald_deliveries WHERE {where}"
+                    " ORDER BY next_attempt_at LIMIT ?",
+                    (*params, limit),
                     db=db,
                 )
                 if not claimed:
                     return []
+                await db.execute(
+                    "UPDATE herald_deliveries SET lease_owner = ?, next_attempt_at = ?"
+                    f" WHERE id IN ({_placeholders(len(claimed))})",
+                    (owner, lease_until, *(row[0] for row in claimed)),
+                )
                 event_ids = list({row[5] for row in claimed})
                 events = {
                     row[0]: event_from_row(row)
@@ -430,6 +441,7 @@ class SQLiteStore:
                 attempt_count=row[3],
                 max_attempts=row[4],
                 event=events[row[5]],
+                due_at=row[6],
             )
             for row in claimed
         ]
