@@ -667,6 +667,15 @@ async def produce_while_running(h: Harness, type_: str, numbers: Iterable[int]) 
         )
 
 
+async def busy(tracker: Tracker) -> None:
+    """Until the (slow) receiver behind ``tracker`` has a request in hand."""
+
+    async def holding() -> bool:
+        return tracker.current >= 1
+
+    await eventually(holding, timeout=5, what="the slow destination busy")
+
+
 class ClaimSpy:
     """Wraps the store's claim and keeps, per call, the ``due_since`` it was given."""
 
@@ -703,11 +712,7 @@ async def test_claims_start_past_a_saturated_destinations_backlog_and_miss_nothi
     spy = ClaimSpy(h, monkeypatch)
     dispatcher = h.dispatcher(owner="it-floor")
     async with running(dispatcher, stop_timeout=20):
-
-        async def slow_saturated() -> bool:
-            return tracker.current == 1
-
-        await eventually(slow_saturated, timeout=5, what="the slow destination busy")
+        await busy(tracker)
         for n in range(3):  # work for the fast one, after the slow backlog
             await produce_while_running(h, "fast.thing", range(4 * n, 4 * n + 4))
             assert await h.relay.run_once() == 4
@@ -765,11 +770,7 @@ async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
     spy = ClaimSpy(h, monkeypatch)
     dispatcher = h.dispatcher(owner="it-rescan")
     async with running(dispatcher, stop_timeout=40):
-
-        async def slow_saturated() -> bool:
-            return tracker.current == 1
-
-        await eventually(slow_saturated, timeout=5, what="the slow destination busy")
+        await busy(tracker)
         await produce_while_running(h, "fast.thing", range(1))
         assert await h.relay.run_once() == 1
         dispatcher.wake()
