@@ -134,6 +134,9 @@ NOTES = {
         " (on SQLite with `destination_id` as a third column, see below). The claim reads its"
         " first `claim_batch_size` due entries and updates those rows, found by primary key."
         " Finished deliveries are not in the index: the cost follows the batch, not the table."
+        " On SQLite the claim is two statements since session 7 (it needs each row's due time"
+        " from before the lease): this selection, then an `UPDATE … WHERE id IN (…)` of the"
+        " rows it found; the plan and the times here are the selection's alone."
     ),
     "claim_due_excluding": (
         "The same range scan; the saturated destinations are a filter on it, so the claim"
