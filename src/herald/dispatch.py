@@ -64,12 +64,11 @@ class Room:
     outstanding: dict[str, int]
     """A copy of the dispatcher's per-destination counts, counted up as we take."""
     cap: int
-    enough: int
-    """Outstanding deliveries of one destination from which a claim skips it."""
+    """Also where a claim starts to skip a destination (``Dispatcher._enough``)."""
 
     def claimable(self, destination_id: str) -> bool:
         """Whether a claim would take a delivery of this destination left in the table."""
-        return self.outstanding.get(destination_id, 0) < self.enough
+        return self.outstanding.get(destination_id, 0) < self.cap
 
     def take(self, destination_id: str) -> bool:
         n = self.outstanding.get(destination_id, 0)
@@ -402,7 +401,6 @@ class Dispatcher:
             time.time() + lim.lease_seconds,
             free,
             dict(self._outstanding),
-            self._enough,
             self._enough,
         )
 

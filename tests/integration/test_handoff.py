@@ -53,14 +53,14 @@ class CountingClaims:
 
 
 def test_room_takes_up_to_the_free_slots_and_the_per_destination_cap() -> None:
-    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2, enough=1)
+    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2)
     assert not room.take("busy")  # at the cap already
     assert [room.take("a"), room.take("a"), room.take("a")] == [True, True, False]  # cap
     assert room.take("b")
     assert not room.take("c")  # no free slot left
     assert room.outstanding == {"busy": 2, "a": 2, "b": 1}
-    # A claim skips a destination with ``enough`` outstanding.
-    assert [room.claimable(d) for d in ("busy", "b", "c")] == [False, False, True]
+    # A claim skips a destination with ``cap`` outstanding.
+    assert [room.claimable(d) for d in ("busy", "a", "b", "c")] == [False, False, True, True]
 
 
 async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
