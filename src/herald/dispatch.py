@@ -249,7 +249,7 @@ class Dispatcher:
         self._wake.set()
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
-        self._recording.difference_update([r.attempt.delivery_id for r in batch])
+        self._recording.difference_update(r.attempt.delivery_id for r in batch)
         # Room for records again: start what waited for it (see _can_begin).
         ready = self._ready
         while ready and self._can_begin():

@@ -135,9 +135,10 @@ def _claimable(plan: RelayPlan, room: Room | None) -> bool:
     claim would skip them, and waking it for nothing costs a scan past them."""
     if room is None:
         return True
-    leased = set(plan.leased)
+    # Planned leased and stored without: its destination was not active at commit, so
+    # it is held, and no claim takes it either.
     return any(
-        not d.held and d.id not in leased and room.claimable(d.destination_id)
+        not d.held and d.lease_owner is None and room.claimable(d.destination_id)
         for d in plan.deliveries
     )
 
