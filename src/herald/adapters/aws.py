@@ -1,13 +1,14 @@
 """What the four AWS destination types share: config, clients, credentials, errors.
 
 Each type (``aws_sqs``, ``aws_kinesis``, ``aws_s3``, ``aws_eventbridge``) is one
-:class:`AWSAdapter` subclass that builds its client key from its config and turns
-an event into one API call. This module owns the rest:
+:class:`AWSAdapter` subclass that names its API call and turns an event into that
+call's parameters. This module owns the rest:
 
 - **Clients.** One aiobotocore client per (service, region, credentials,
   endpoint), shared by every destination with that key, created on first use and
   closed on shutdown — or earlier, once no destination uses it any more (so
-  rotating credentials does not leak a connection pool per old key).
+  rotating credentials does not leak a connection pool per old key). The pool is
+  the one every SDK family uses (``herald.adapters.pool``).
 - **Credentials.** Explicit ones when the config has them; otherwise the standard
   AWS chain (environment, shared config and credentials files, container or
   instance role), resolved by one shared session.
@@ -22,17 +23,13 @@ are off and its timeouts only bound a connection that hangs.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import os
 import re
 from abc import abstractmethod
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self
 
 import aiohttp
 import structlog
@@ -48,10 +45,21 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from herald import __version__
-from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
+from herald.adapters.base import (
+    AdapterContext,
+    DestinationConfig,
+    Result,
+    ShuttingDown,
+    check_http_url,
+    checked,
+    classify,
+    describe,
+    sensitive,
+)
+from herald.adapters.pool import PooledAdapter
 from herald.model import Destination, Event
 
 if TYPE_CHECKING:
@@ -111,6 +119,7 @@ _RETRYABLE_BOTOCORE = (
     MetadataRetrievalError,
     CapacityNotAvailableError,
 )
+_RETRYABLE_TRANSPORT = (*_RETRYABLE_BOTOCORE, OSError, aiohttp.ClientError)
 _REGION = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.ASCII)
 _XML_CODE = re.compile(r"<Code>([^<]{1,200})</Code>")
 _XML_MESSAGE = re.compile(r"<Message>([^<]{0,2000})</Message>")
@@ -133,25 +142,33 @@ class AWSConfig(DestinationConfig):
 
     target_fields: ClassVar[tuple[str, ...]]
     """The fields that say where messages go (a change means re-verification)."""
+    credential_fields: ClassVar[tuple[str, str]] = ("key", "secret")
+    """The type's names for the access key id and the secret access key."""
 
-    @field_validator("endpoint_url")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urlsplit(value)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("must be an absolute http:// or https:// URL")
-            if parts.username or parts.password:
-                raise ValueError("must not carry credentials")
-        return value
+    _endpoint = checked("endpoint_url", check_http_url)
+
+    @model_validator(mode="after")
+    def _key_with_secret(self) -> Self:
+        key, secret = (getattr(self, name) for name in self.credential_fields)
+        if (key is None) != (secret is None):
+            raise ValueError(
+                f"{' and '.join(self.credential_fields)} go together: give both, or neither"
+                " to use the standard AWS credential chain"
+            )
+        return self
 
     def credentials(self) -> Credentials | None:
         """Explicit credentials, or None for the standard AWS credential chain."""
-        raise NotImplementedError
+        key, secret = (getattr(self, name) for name in self.credential_fields)
+        if key is None or secret is None:
+            return None
+        return Credentials(key, secret, getattr(self, "session", None))
 
     def region_name(self) -> str | None:
-        """The region requests are signed for, or None for the environment's default."""
-        return None
+        """The region requests are signed for (the ``region`` field of the types that have
+        one), or None for the environment's default."""
+        region = getattr(self, "region", None)
+        return region if isinstance(region, str) else None
 
     def target(self) -> tuple[Any, ...]:
         # Credentials are left out on purpose: rotating a key is not a new destination.
@@ -168,20 +185,10 @@ class KeySecretConfig(AWSConfig):
     )
 
     @model_validator(mode="after")
-    def _pairs(self) -> KeySecretConfig:
-        if (self.key is None) != (self.secret is None):
-            raise ValueError(
-                "key and secret go together: give both, or neither to use the"
-                " standard AWS credential chain"
-            )
+    def _session_with_key(self) -> KeySecretConfig:
         if self.session is not None and self.key is None:
             raise ValueError("session needs key and secret")
         return self
-
-    def credentials(self) -> Credentials | None:
-        if self.key is None or self.secret is None:
-            return None
-        return Credentials(self.key, self.secret, self.session)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +208,6 @@ class ClientKey:
     endpoint_url: str | None
 
 
-# --- clients ---------------------------------------------------------------------------
 @functools.cache
 def shared_loader() -> Loader:
     """One botocore data loader per process: it parses each service model (megabytes
@@ -209,159 +215,6 @@ def shared_loader() -> Loader:
     from botocore.loaders import create_loader
 
     return create_loader(os.environ.get("AWS_DATA_PATH"))
-
-
-@dataclass(eq=False, slots=True)
-class _Slot:
-    key: ClientKey
-    client: Any
-    users: set[str] = field(default_factory=set)
-    """Destinations that use this client."""
-    inflight: int = 0
-
-
-class ClientPool:
-    """The aiobotocore clients of one adapter, shared by key, closed when unused."""
-
-    def __init__(self, *, read_timeout: float, max_connections: int) -> None:
-        self._read_timeout = read_timeout
-        self._max_connections = max_connections
-        self._session: AioSession | None = None
-        self._default_region: str | None = None
-        self._slots: dict[ClientKey, _Slot] = {}
-        self._creating: dict[ClientKey, asyncio.Task[_Slot]] = {}
-        self._used_by: dict[str, ClientKey] = {}
-        self._closing: set[asyncio.Task[None]] = set()
-
-    @property
-    def session(self) -> AioSession:
-        """One session for every client, so the credential chain resolves once."""
-        if self._session is None:
-            # Imported on first use: every CLI command loads the registry, few need a client.
-            from aiobotocore.session import AioSession
-
-            self._session = AioSession()
-            self._session.register_component("data_loader", shared_loader())
-            self._session.user_agent_extra = f"Herald/{__version__}"
-        return self._session
-
-    def default_region(self) -> str:
-        """The region of the environment or shared config, else us-east-1."""
-        if self._default_region is None:
-            region = self.session.get_config_variable("region")
-            self._default_region = region if isinstance(region, str) and region else DEFAULT_REGION
-        return self._default_region
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-    @asynccontextmanager
-    async def client(self, dest_id: str, key: ClientKey) -> AsyncIterator[Any]:
-        """The client for ``key``, held for one call on behalf of ``dest_id``."""
-        previous = self._used_by.get(dest_id)
-        if previous is not None and previous != key:
-            self.release(dest_id)
-        self._used_by[dest_id] = key
-        slot = await self._slot(key)
-        # release() may have run while the client was being created.
-        if self._used_by.get(dest_id) == key:
-            slot.users.add(dest_id)
-        slot.inflight += 1
-        try:
-            yield slot.client
-        finally:
-            slot.inflight -= 1
-            self._retire_if_unused(slot)
-
-    def release(self, dest_id: str) -> None:
-        """``dest_id`` no longer uses its client (config changed or deleted)."""
-        key = self._used_by.pop(dest_id, None)
-        slot = self._slots.get(key) if key is not None else None
-        if slot is not None:
-            slot.users.discard(dest_id)
-            self._retire_if_unused(slot)
-
-    async def close(self) -> None:
-        """Close every client; the pool can be used again afterwards."""
-        if self._creating:
-            await asyncio.gather(*self._creating.values(), return_exceptions=True)
-        slots, self._slots, self._used_by = list(self._slots.values()), {}, {}
-        for slot in slots:
-            await _close_client(slot)
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
-
-    async def _slot(self, key: ClientKey) -> _Slot:
-        slot = self._slots.get(key)
-        if slot is not None:
-            return slot
-        task = self._creating.get(key)
-        if task is None:
-            # A task, shielded below, so that an attempt cancelled by its deadline
-            # neither leaks a half-built client nor makes the next attempt start over.
-            task = asyncio.create_task(self._create(key), name=f"herald-aws-{key.service}-client")
-            self._creating[key] = task
-            task.add_done_callback(lambda t: self._created(key, t))
-        return await asyncio.shield(task)
-
-    def _created(self, key: ClientKey, task: asyncio.Task[_Slot]) -> None:
-        self._creating.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved: every waiter may have been cancelled
-
-    async def _create(self, key: ClientKey) -> _Slot:
-        from aiobotocore.config import AioConfig
-
-        creds = key.credentials
-        kwargs: dict[str, Any] = {}
-        if creds is not None:
-            kwargs = {
-                "aws_access_key_id": creds.access_key_id,
-                "aws_secret_access_key": creds.secret_access_key,
-                "aws_session_token": creds.session_token,
-            }
-        config = AioConfig(
-            connect_timeout=min(CONNECT_TIMEOUT_SECONDS, self._read_timeout),
-            read_timeout=self._read_timeout,
-            # The engine owns retries and their schedule; one attempt is one request.
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            max_pool_connections=self._max_connections,
-            tcp_keepalive=True,
-            # Loading a service model reads megabytes of JSON: do it off the event loop.
-            warm_up_loader_caches=True,
-            # Checksums only where the API requires them: S3-compatible services
-            # reached through endpoint_url often reject the newer default ones.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            # Compatible services and emulators rarely serve bucket subdomains.
-            s3={"addressing_style": "path"} if key.endpoint_url else None,
-        )
-        cm = self.session.create_client(
-            key.service,
-            region_name=key.region,
-            endpoint_url=key.endpoint_url,
-            config=config,
-            **kwargs,
-        )
-        client = await cm.__aenter__()
-        slot = _Slot(key, client)
-        self._slots[key] = slot
-        return slot
-
-    def _retire_if_unused(self, slot: _Slot) -> None:
-        if slot.users or slot.inflight or self._slots.get(slot.key) is not slot:
-            return
-        del self._slots[slot.key]
-        task = asyncio.create_task(_close_client(slot), name="herald-aws-client-close")
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-
-async def _close_client(slot: _Slot) -> None:
-    try:
-        await slot.client.__aexit__(None, None, None)
-    except Exception as exc:  # closing must not stop the others from closing
-        log.warning("aws_client_close_failed", service=slot.key.service, error=repr(exc))
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -407,13 +260,11 @@ def error_result(exc: Exception) -> Result:
     """Classify anything a publish call raised; never raises itself."""
     if isinstance(exc, ClientError):
         return client_error_result(exc)
-    text = _shorten(f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, _RETRYABLE_BOTOCORE):
-        return Result.retryable(text)
-    if isinstance(exc, BotoCoreError):
-        return Result.permanent(text)
-    if isinstance(exc, OSError | aiohttp.ClientError):  # TimeoutError is an OSError
-        return Result.retryable(text)
+    if isinstance(exc, BotoCoreError | OSError | aiohttp.ClientError | ShuttingDown):
+        # TimeoutError is an OSError.
+        result = classify(exc, permanent=(BotoCoreError,), retryable=_RETRYABLE_TRANSPORT)
+        return replace(result, error=_shorten(result.error or ""))
+    text = _shorten(describe(exc))
     log.warning("aws_unexpected_error", error=text)
     return Result.retryable(f"unexpected error: {text}")
 
@@ -427,45 +278,113 @@ def header_safe(value: str) -> str:
 
 
 # --- adapters ---------------------------------------------------------------------------
-class AWSAdapter(Adapter):
-    """One AWS destination type: a client key from the config and one API call."""
+class AWSAdapter(PooledAdapter[ClientKey, Any]):
+    """One AWS destination type: a client key from the config and one API call.
+
+    Clients are shared by every destination with the same key and closed once no
+    destination uses them any more (so rotating credentials does not leak a
+    connection pool per old key) or on shutdown; never merely for being idle.
+    """
 
     service: ClassVar[str]
     """The botocore service name (``sqs``, ``kinesis``, ``s3``, ``events``)."""
+    operation: ClassVar[str]
+    """The client method that publishes one event (``send_message`` …)."""
+    idle_seconds = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        settings = self.ctx.settings.delivery
-        self.clients = ClientPool(
-            read_timeout=self.timeout, max_connections=settings.max_concurrency
-        )
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
+        self._session: AioSession | None = None
+        self._default_region: str | None = None
+
+    @property
+    def session(self) -> AioSession:
+        """One session for every client, so the credential chain resolves once."""
+        if self._session is None:
+            # Imported on first use: every CLI command loads the registry, few need a client.
+            from aiobotocore.session import AioSession
+
+            self._session = AioSession()
+            self._session.register_component("data_loader", shared_loader())
+            self._session.user_agent_extra = f"Herald/{__version__}"
+        return self._session
+
+    def default_region(self) -> str:
+        """The region of the environment or shared config, else us-east-1."""
+        if self._default_region is None:
+            region = self.session.get_config_variable("region")
+            self._default_region = region if isinstance(region, str) and region else DEFAULT_REGION
+        return self._default_region
 
     def client_key(self, config: AWSConfig) -> ClientKey:
         """Which shared client serves ``config``."""
         return ClientKey(
             self.service,
-            config.region_name() or self.clients.default_region(),
+            config.region_name() or self.default_region(),
             config.credentials(),
             config.endpoint_url,
         )
 
+    async def open_client(self, key: ClientKey) -> Any:
+        from aiobotocore.config import AioConfig
+
+        creds = key.credentials
+        kwargs: dict[str, Any] = {}
+        if creds is not None:
+            kwargs = {
+                "aws_access_key_id": creds.access_key_id,
+                "aws_secret_access_key": creds.secret_access_key,
+                "aws_session_token": creds.session_token,
+            }
+        config = AioConfig(
+            connect_timeout=min(CONNECT_TIMEOUT_SECONDS, self.timeout),
+            read_timeout=self.timeout,
+            # The engine owns retries and their schedule; one attempt is one request.
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=self.ctx.settings.delivery.max_concurrency,
+            tcp_keepalive=True,
+            # Loading a service model reads megabytes of JSON: do it off the event loop.
+            warm_up_loader_caches=True,
+            # Checksums only where the API requires them: S3-compatible services
+            # reached through endpoint_url often reject the newer default ones.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            # Compatible services and emulators rarely serve bucket subdomains.
+            s3={"addressing_style": "path"} if key.endpoint_url else None,
+        )
+        cm = self.session.create_client(
+            key.service,
+            region_name=key.region,
+            endpoint_url=key.endpoint_url,
+            config=config,
+            **kwargs,
+        )
+        return await cm.__aenter__()
+
+    async def close_client(self, client: Any) -> None:
+        await client.__aexit__(None, None, None)
+
     @abstractmethod
-    async def publish(self, client: Any, config: Any, event: Event) -> Result:
-        """Make the one API call for ``event``; botocore errors may propagate."""
+    def params(self, config: Any, event: Event) -> dict[str, Any]:
+        """The parameters of :attr:`operation` that publish ``event``."""
+
+    def outcome(self, response: dict[str, Any]) -> Result:
+        """The result of a call that returned: a success, unless the type knows better."""
+        return Result.success(status=http_status(response))
 
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, AWSConfig)
+        key = self.client_key(config)
         try:
-            async with self.clients.client(dest.id, self.client_key(config)) as client:
-                return await self.publish(client, config, event)
+            params = self.params(config, event)
+            async with self.clients.use(key, lambda: self.open_client(key), user=dest.id) as client:
+                response = await getattr(client, self.operation)(**params)
         except Exception as exc:  # a failed publish is a result, never an exception
             return error_result(exc)
+        return self.outcome(response)
 
     async def forget(self, dest_id: str) -> None:
         self.clients.release(dest_id)
-
-    async def close(self) -> None:
-        await self.clients.close()
 
 
 def http_status(response: dict[str, Any]) -> int | None:

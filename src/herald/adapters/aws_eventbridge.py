@@ -16,9 +16,9 @@ import datetime as dt
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from herald.adapters.aws import AWSAdapter, AWSConfig, Credentials, Region, failure, http_status
+from herald.adapters.aws import AWSAdapter, AWSConfig, Region, failure, http_status
 from herald.adapters.base import Result, sensitive
 from herald.model import Event
 from herald.timeutil import parse_timestamp
@@ -39,6 +39,7 @@ class EventBridgeConfig(AWSConfig):
     )
 
     target_fields: ClassVar[tuple[str, ...]] = ("event_bus_name", "region")
+    credential_fields: ClassVar[tuple[str, str]] = ("access_key_id", "secret_access_key")
 
     @field_validator("event_bus_name")
     @classmethod
@@ -47,45 +48,27 @@ class EventBridgeConfig(AWSConfig):
             raise ValueError("must be an event bus name or an event-bus ARN")
         return value
 
-    @model_validator(mode="after")
-    def _pair(self) -> EventBridgeConfig:
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ValueError(
-                "access_key_id and secret_access_key go together: give both, or neither"
-                " to use the standard AWS credential chain"
-            )
-        return self
-
-    def credentials(self) -> Credentials | None:
-        if self.access_key_id is None or self.secret_access_key is None:
-            return None
-        return Credentials(self.access_key_id, self.secret_access_key)
-
-    def region_name(self) -> str | None:
-        return self.region
-
 
 class EventBridgeAdapter(AWSAdapter):
     type_id = "aws_eventbridge"
     aliases = ("cloudA_eventbridge",)
     config_model = EventBridgeConfig
     service = "events"
+    operation = "put_events"
 
-    async def publish(self, client: Any, config: EventBridgeConfig, event: Event) -> Result:
-        response = await client.put_events(
-            Entries=[
-                {
-                    "EventBusName": config.event_bus_name,
-                    "Source": self.ctx.settings.delivery.eventbridge_source,
-                    "DetailType": event.type,
-                    "Detail": event.envelope().decode(),
-                    # From the text, which is what receivers see everywhere else.
-                    "Time": dt.datetime.fromtimestamp(
-                        parse_timestamp(event.created_at).epoch, dt.UTC
-                    ),
-                }
-            ]
-        )
+    def params(self, config: EventBridgeConfig, event: Event) -> dict[str, Any]:
+        entry = {
+            "EventBusName": config.event_bus_name,
+            "Source": self.ctx.settings.delivery.eventbridge_source,
+            "DetailType": event.type,
+            "Detail": event.envelope().decode(),
+            # From the text, which is what receivers see everywhere else.
+            "Time": dt.datetime.fromtimestamp(parse_timestamp(event.created_at).epoch, dt.UTC),
+        }
+        return {"Entries": [entry]}
+
+    def outcome(self, response: dict[str, Any]) -> Result:
+        # PutEvents answers 200 even when it dropped the entry.
         status = http_status(response)
         entries = response.get("Entries") or [{}]
         if (response.get("FailedEntryCount") or 0) > 0 or entries[0].get("ErrorCode"):

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from herald.adapters.aws import AWSAdapter, KeySecretConfig, Region, http_status
-from herald.adapters.base import Result
+from herald.adapters.aws import AWSAdapter, KeySecretConfig, Region
 from herald.model import Event
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}", re.ASCII)
@@ -34,18 +33,17 @@ class KinesisConfig(KeySecretConfig):
             raise ValueError("must be 1 to 128 letters, digits, '_', '.' or '-'")
         return value
 
-    def region_name(self) -> str | None:
-        return self.region
-
 
 class KinesisAdapter(AWSAdapter):
     type_id = "aws_kinesis"
     aliases = ("cloudA_kinesis",)
     config_model = KinesisConfig
     service = "kinesis"
+    operation = "put_record"
 
-    async def publish(self, client: Any, config: KinesisConfig, event: Event) -> Result:
-        response = await client.put_record(
-            StreamName=config.stream_name, Data=event.envelope(), PartitionKey=event.id
-        )
-        return Result.success(status=http_status(response))
+    def params(self, config: KinesisConfig, event: Event) -> dict[str, Any]:
+        return {
+            "StreamName": config.stream_name,
+            "Data": event.envelope(),
+            "PartitionKey": event.id,
+        }

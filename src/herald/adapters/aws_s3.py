@@ -22,10 +22,8 @@ from herald.adapters.aws import (
     KeySecretConfig,
     Region,
     header_safe,
-    http_status,
     shared_loader,
 )
-from herald.adapters.base import Result
 from herald.model import Event
 from herald.timeutil import rfc3339_nano
 
@@ -69,23 +67,20 @@ class S3Config(KeySecretConfig):
             raise ValueError(f"unknown storage class {value!r}; one of {', '.join(known)}")
         return value
 
-    def region_name(self) -> str | None:
-        return self.region
-
 
 class S3Adapter(AWSAdapter):
     type_id = "aws_s3"
     aliases = ("cloudA_s3",)
     config_model = S3Config
     service = "s3"
+    operation = "put_object"
 
-    async def publish(self, client: Any, config: S3Config, event: Event) -> Result:
-        response = await client.put_object(
-            Bucket=config.bucket,
-            Key=object_key(event),
-            Body=event.envelope(),
-            ContentType="application/json",
-            StorageClass=config.storage_class,
-            Metadata={name: header_safe(value) for name, value in event.metadata().items()},
-        )
-        return Result.success(status=http_status(response))
+    def params(self, config: S3Config, event: Event) -> dict[str, Any]:
+        return {
+            "Bucket": config.bucket,
+            "Key": object_key(event),
+            "Body": event.envelope(),
+            "ContentType": "application/json",
+            "StorageClass": config.storage_class,
+            "Metadata": {name: header_safe(value) for name, value in event.metadata().items()},
+        }

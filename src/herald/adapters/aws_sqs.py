@@ -18,8 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from herald.adapters.aws import AWSAdapter, KeySecretConfig, http_status
-from herald.adapters.base import Result
+from herald.adapters.aws import AWSAdapter, KeySecretConfig
 from herald.model import Event
 
 # Hosts under these domains are AWS's own; a region-shaped label in them is the region.
@@ -85,8 +84,9 @@ class SQSAdapter(AWSAdapter):
     aliases = ("cloudA_sqs",)
     config_model = SQSConfig
     service = "sqs"
+    operation = "send_message"
 
-    async def publish(self, client: Any, config: SQSConfig, event: Event) -> Result:
+    def params(self, config: SQSConfig, event: Event) -> dict[str, Any]:
         params: dict[str, Any] = {
             "QueueUrl": config.queue_url,
             "MessageBody": event.envelope().decode(),
@@ -98,5 +98,4 @@ class SQSAdapter(AWSAdapter):
         if config.fifo:
             params["MessageGroupId"] = fifo_id(event.tenant_id)
             params["MessageDeduplicationId"] = fifo_id(event.id)
-        response = await client.send_message(**params)
-        return Result.success(status=http_status(response))
+        return params

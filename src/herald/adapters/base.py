@@ -10,10 +10,12 @@ the engine (``herald.dispatch``), never to an adapter.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from herald.egress import EgressPolicy, check_target
 from herald.model import Destination, Event, Outcome
@@ -27,6 +29,35 @@ MASK = "********"
 def sensitive(description: str = "") -> Any:
     """Field metadata marking a credential: encrypted at rest, masked on output."""
     return {"sensitive": True, "description": description}
+
+
+def checked(field: str, check: Callable[[str], object]) -> Any:
+    """A validator for the optional text ``field``: ``check`` (which raises ValueError)
+    must accept a set value, which is then kept as given.
+
+    Many fields are stored as text but must parse (a key, a header object, an
+    endpoint); the parsed form is rebuilt where it is used.
+    """
+
+    def validate(cls: type[BaseModel], value: str | None) -> str | None:
+        if value is not None:
+            check(value)
+        return value
+
+    return field_validator(field)(classmethod(validate))
+
+
+def check_http_url(value: str, *, credentials: str = "") -> str:
+    """``value`` as an absolute http(s) URL without ``user:pass@``; ValueError otherwise.
+
+    ``credentials`` says where credentials go instead, for the error message.
+    """
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if parts.username or parts.password:
+        raise ValueError(f"must not carry credentials{credentials}")
+    return value
 
 
 class DestinationConfig(BaseModel):
@@ -103,6 +134,55 @@ class Result:
         and nothing disables a destination automatically.
         """
         return cls(Outcome.FAILURE_PERMANENT, status=status, error=error, excerpt=excerpt)
+
+
+class ShuttingDown(Exception):
+    """The adapter closed while an attempt waited for a shared client."""
+
+
+def masked(text: str, secret: str | None) -> str:
+    """Defence in depth: no library message may carry ``secret`` into a record or log."""
+    return text.replace(secret, MASK) if secret else text
+
+
+def describe(exc: BaseException) -> str:
+    """``ErrorName: message``, how a failure reads in a delivery record.
+
+    SDKs that keep the service's own text in ``message`` (Azure's, Google's) are
+    read from there, without the decoration their ``str()`` adds.
+    """
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc)
+    return f"{type(exc).__name__}: {text.strip()}"
+
+
+def classify(
+    exc: Exception,
+    *,
+    permanent: tuple[type[BaseException], ...] = (),
+    retryable: tuple[type[BaseException], ...] = (),
+    secret: str | None = None,
+) -> Result:
+    """The result of a publish call that raised ``exc``.
+
+    ``permanent`` names an SDK's exceptions no retry fixes by itself (refused
+    credentials, a missing target; they still follow the retry schedule),
+    ``retryable`` its others. SDKs nest them (a permanent error subclassing the
+    SDK's base error), so the most specific class named decides. Otherwise a
+    socket error is a retryable ``connection failed`` and a shutdown a retryable
+    interruption. ``secret`` (a password) never reaches the text. Anything else
+    is re-raised: the engine records it as an adapter bug.
+    """
+    for cls in type(exc).__mro__:
+        if cls in permanent:
+            return Result.permanent(masked(describe(exc), secret))
+        if cls in retryable:
+            return Result.retryable(masked(describe(exc), secret))
+    if isinstance(exc, OSError):
+        return Result.retryable(masked(f"connection failed: {exc}", secret))
+    if isinstance(exc, ShuttingDown):
+        return Result.retryable(str(exc))
+    raise exc
 
 
 @dataclass(slots=True)

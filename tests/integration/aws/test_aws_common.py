@@ -195,13 +195,13 @@ async def test_concurrent_first_deliveries_build_one_client(
     adapter = make_adapter(KinesisAdapter)
     assert isinstance(adapter, KinesisAdapter)
     built: list[object] = []
-    create = adapter.clients._create
+    open_client = adapter.open_client
 
     async def counting(key: Any) -> Any:
         built.append(key)
-        return await create(key)
+        return await open_client(key)
 
-    monkeypatch.setattr(adapter.clients, "_create", counting)
+    monkeypatch.setattr(adapter, "open_client", counting)
     raw = kind.config(moto, **kind.creds())
     config = adapter.config_model.model_validate(raw)
     dest = make_destination("aws_kinesis", config)
