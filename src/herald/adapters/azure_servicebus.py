@@ -45,8 +45,16 @@ from urllib.parse import urlsplit
 import certifi
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
-from herald.adapters.pool import ClientPool
+from herald.adapters.base import (
+    AdapterContext,
+    DestinationConfig,
+    Result,
+    checked,
+    classify,
+    describe,
+    sensitive,
+)
+from herald.adapters.pool import PooledAdapter
 from herald.model import Destination, Event, Outcome
 
 # azure-servicebus takes about 0.2 s to import: it is imported where it is used, so a
@@ -54,7 +62,6 @@ from herald.model import Destination, Event, Outcome
 if TYPE_CHECKING:
     from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
     from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
-    from azure.servicebus.exceptions import ServiceBusError
 
 OPEN_TIMEOUT_SECONDS = 10.0
 """Upper bound for connect + auth + attach (further capped by the attempt deadline)."""
@@ -174,12 +181,7 @@ class ServiceBusConfig(DestinationConfig):
             raise ValueError("has an EntityPath that differs from name; they must match")
         return value
 
-    @field_validator("endpoint_url")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None:
-            normalize_endpoint(value)
-        return value
+    _endpoint = checked("endpoint_url", normalize_endpoint)
 
     @property
     def namespace(self) -> str:
@@ -297,20 +299,19 @@ def _tls_context() -> ssl.SSLContext:
     return context
 
 
-class ServiceBusAdapter(Adapter):
+class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
     type_id = "azure_servicebus"
     aliases = ("cloudC_servicebus",)
     config_model = ServiceBusConfig
+    idle_seconds = IDLE_CLOSE_SECONDS
+    close_timeout = CLOSE_TIMEOUT_SECONDS
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._senders: ClientPool[_SenderKey, _Sender] = ClientPool(
-            name="azure_servicebus",
-            close=_Sender.close,
-            close_timeout=CLOSE_TIMEOUT_SECONDS,
-            idle_seconds=IDLE_CLOSE_SECONDS,
-        )
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
         self._tls: ssl.SSLContext | None = None
+
+    async def close_client(self, client: _Sender) -> None:
+        await client.close()
 
     @property
     def open_timeout(self) -> float:
@@ -353,14 +354,6 @@ class ServiceBusAdapter(Adapter):
             ServiceBusError,
         )
 
-        # Failures no retry fixes by itself; they still follow the retry schedule.
-        permanent = (
-            MessagingEntityNotFoundError,
-            MessagingEntityDisabledError,
-            ServiceBusAuthenticationError,
-            ServiceBusAuthorizationError,
-            MessageSizeExceededError,
-        )
         if len(event.id) > MESSAGE_ID_MAX:
             return Result.permanent(
                 f"event id longer than {MESSAGE_ID_MAX} characters cannot be a message id"
@@ -382,7 +375,7 @@ class ServiceBusAdapter(Adapter):
         )
         stage = "connect"
         try:
-            async with self._senders.use(key, lambda: self._open(config)) as handle:
+            async with self.clients.use(key, lambda: self._open(config)) as handle:
                 stage = "send"
                 try:
                     async with asyncio.timeout(self.timeout):
@@ -392,32 +385,29 @@ class ServiceBusAdapter(Adapter):
                 except BaseException:
                     # Timed out, cancelled or failed: the link's state is unknown, so
                     # the next attempt reconnects rather than reusing it.
-                    self._senders.retire(key, handle)
+                    self.clients.retire(key, handle)
                     raise
         except TimeoutError:
             bound = self.open_timeout if stage == "connect" else self.timeout
             what = "connecting and authenticating" if stage == "connect" else "sending"
             return Result(Outcome.TIMEOUT, error=f"{what} did not finish within {bound:g} s")
-        except permanent as exc:
-            return Result.permanent(_describe(exc))
         except OperationTimeoutError as exc:
-            return Result(Outcome.TIMEOUT, error=_describe(exc))
-        except ServiceBusError as exc:
-            return Result.retryable(_describe(exc))
-        except OSError as exc:
-            return Result.retryable(f"connection failed: {exc}")
-        except ValueError as exc:  # the SDK's argument checks: no retry changes the input
-            return Result.permanent(f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.TIMEOUT, error=describe(exc))
+        except Exception as exc:  # the SDK's messages name the entity, never the key
+            return classify(
+                exc,
+                permanent=(
+                    MessagingEntityNotFoundError,
+                    MessagingEntityDisabledError,
+                    ServiceBusAuthenticationError,
+                    ServiceBusAuthorizationError,
+                    MessageSizeExceededError,
+                    # The SDK's argument checks: no retry changes the input.
+                    ValueError,
+                ),
+                retryable=(ServiceBusError,),
+            )
         return Result.success()
-
-    async def close(self) -> None:
-        await self._senders.close()
-
-
-def _describe(exc: ServiceBusError) -> str:
-    """``ErrorName: message`` (the SDK's messages name the entity, never the key)."""
-    message = str(getattr(exc, "message", None) or exc).strip()
-    return f"{type(exc).__name__}: {message}"
 
 
 async def _open_bounded(client: ServiceBusClient, sender: ServiceBusSender, timeout: float) -> None:

@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 import orjson
 from pydantic import ConfigDict, Field, field_validator
 
-from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
-from herald.adapters.pool import ClientPool
+from herald.adapters.base import DestinationConfig, Result, checked, sensitive
+from herald.adapters.pool import PooledAdapter
 from herald.model import Destination, Event, Outcome
 
 # The Google libraries take about 0.3 s to import: they are imported where they are
@@ -181,19 +181,8 @@ class PubSubConfig(DestinationConfig):
             )
         return value
 
-    @field_validator("service_account_json")
-    @classmethod
-    def _key(cls, value: str | None) -> str | None:
-        if value is not None:
-            load_service_account(value)
-        return value
-
-    @field_validator("endpoint_url")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_endpoint(value)
-        return value
+    _key = checked("service_account_json", load_service_account)
+    _endpoint = checked("endpoint_url", parse_endpoint)
 
     @property
     def topic_path(self) -> str:
@@ -256,10 +245,6 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
     return PublisherAsyncClient(transport=transport)
 
 
-async def _close_client(client: PublisherAsyncClient) -> None:
-    await client.transport.close()  # type: ignore[no-untyped-call]
-
-
 def _classify(exc: api_exceptions.GoogleAPICallError) -> Result:
     code = exc.grpc_status_code
     name = code.name if code is not None else type(exc).__name__
@@ -269,19 +254,15 @@ def _classify(exc: api_exceptions.GoogleAPICallError) -> Result:
     return Result.retryable(error)
 
 
-class PubSubAdapter(Adapter):
+class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
     type_id = "gcp_pubsub"
     aliases = ("cloudB_pubsub",)
     config_model = PubSubConfig
+    idle_seconds = IDLE_CLOSE_SECONDS
+    close_timeout = CLOSE_TIMEOUT_SECONDS
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._clients: ClientPool[_ClientKey, PublisherAsyncClient] = ClientPool(
-            name="gcp_pubsub",
-            close=_close_client,
-            close_timeout=CLOSE_TIMEOUT_SECONDS,
-            idle_seconds=IDLE_CLOSE_SECONDS,
-        )
+    async def close_client(self, client: PublisherAsyncClient) -> None:
+        await client.transport.close()  # type: ignore[no-untyped-call]
 
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, PubSubConfig)
@@ -292,7 +273,7 @@ class PubSubAdapter(Adapter):
         key = _client_key(config)
         message = PubsubMessage(data=event.envelope(), attributes=event.metadata())
         try:
-            async with self._clients.use(
+            async with self.clients.use(
                 key, lambda: _open_client(key, config.service_account_json)
             ) as client:
                 response = await client.publish(
@@ -318,6 +299,3 @@ class PubSubAdapter(Adapter):
         if not response.message_ids:
             return Result.retryable("publish answered without a message id")
         return Result.success()
-
-    async def close(self) -> None:
-        await self._clients.close()

@@ -37,8 +37,17 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from herald.adapters.base import MASK, Adapter, DestinationConfig, Result, sensitive
-from herald.adapters.pool import ClientPool
+from herald.adapters.base import (
+    AdapterContext,
+    DestinationConfig,
+    Result,
+    ShuttingDown,
+    checked,
+    classify,
+    masked,
+    sensitive,
+)
+from herald.adapters.pool import ClientPool, PooledAdapter
 from herald.model import VERIFICATION_EVENT_TYPE, Destination, Event
 
 # aio-pika takes about 0.1 s to import: it is imported where it is used, so a process
@@ -202,25 +211,11 @@ class RabbitMQConfig(DestinationConfig):
             raise ValueError("is false but server_url uses amqps://")
         return value
 
-    @field_validator("mandatory")
-    @classmethod
-    def _mandatory(cls, value: str | None) -> str | None:
-        if value is not None:
-            _flag(value, frozenset({"true", "false"}))
-        return value
+    _mandatory = checked("mandatory", lambda value: _flag(value, frozenset({"true", "false"})))
 
-    @field_validator("username")
+    @field_validator("username", "password")
     @classmethod
-    def _username(cls, value: str | None) -> str | None:
-        if value is None:
-            raise ValueError("required unless server_url carries it (amqp://user:pass@host:port)")
-        if not value:
-            raise ValueError("must not be empty")
-        return value
-
-    @field_validator("password")
-    @classmethod
-    def _password(cls, value: str | None) -> str | None:
+    def _login(cls, value: str | None) -> str | None:
         if value is None:
             raise ValueError("required unless server_url carries it (amqp://user:pass@host:port)")
         if not value:
@@ -287,25 +282,24 @@ class _Refused(Exception):
         self.result = result
 
 
-class RabbitMQAdapter(Adapter):
+class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     type_id = "rabbitmq"
     aliases = ("amqp_broker",)
     config_model = RabbitMQConfig
+    idle_seconds = IDLE_CLOSE_SECONDS
+    close_timeout = CLOSE_TIMEOUT_SECONDS
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._brokers: ClientPool[BrokerKey, _Broker] = ClientPool(
-            name="rabbitmq",
-            close=_Broker.close,
-            close_timeout=CLOSE_TIMEOUT_SECONDS,
-            idle_seconds=IDLE_CLOSE_SECONDS,
-        )
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
         self._prepared: dict[str, _Prepared] = {}
 
     @property
     def connection_count(self) -> int:
         """Open broker connections (for tests and introspection)."""
-        return len(self._brokers)
+        return len(self.clients)
+
+    async def close_client(self, client: _Broker) -> None:
+        await client.close()
 
     def _prepare(self, dest: Destination, config: RabbitMQConfig) -> _Prepared:
         prepared = self._prepared.get(dest.id)
@@ -325,16 +319,12 @@ class RabbitMQAdapter(Adapter):
         assert isinstance(config, RabbitMQConfig)
         prep = self._prepare(dest, config)
         try:
-            async with self._brokers.use(prep.key, lambda: self._connect(prep)) as broker:
+            async with self.clients.use(prep.key, lambda: self._connect(prep)) as broker:
                 return await self._publish(broker, prep, event)
         except _Refused as exc:
             return exc.result
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            # The shared connect was cancelled by close(), not this attempt.
-            return Result.retryable("the adapter is shutting down")
+        except ShuttingDown as exc:
+            return Result.retryable(str(exc))
 
     async def _connect(self, prep: _Prepared) -> _Broker:
         """Open the robust connection for ``prep.key``; _Refused if the broker says no."""
@@ -368,8 +358,8 @@ class RabbitMQAdapter(Adapter):
             ClientPool(
                 name="rabbitmq-channel",
                 close=_close_channel,
-                close_timeout=CLOSE_TIMEOUT_SECONDS,
-                idle_seconds=IDLE_CLOSE_SECONDS,
+                close_timeout=self.close_timeout,
+                idle_seconds=self.idle_seconds,
             ),
         )
 
@@ -413,7 +403,7 @@ class RabbitMQAdapter(Adapter):
             )
         except aiormq.exceptions.ChannelAccessRefused as exc:
             return Result.permanent(
-                _masked(
+                masked(
                     f"access refused: user {key.username!r} may not publish to exchange"
                     f" {prep.exchange!r} ({exc.args[0] if exc.args else exc})",
                     prep.password,
@@ -421,10 +411,12 @@ class RabbitMQAdapter(Adapter):
             )
         except TimeoutError:
             return Result.retryable(f"no channel within {CONNECT_TIMEOUT_SECONDS:g} s")
-        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
-            return Result.retryable(_masked(f"{type(exc).__name__}: {exc}", prep.password))
-        except (ConnectionError, OSError) as exc:
-            return Result.retryable(_masked(f"connection failed: {exc}", prep.password))
+        except Exception as exc:
+            return classify(
+                exc,
+                retryable=(aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError),
+                secret=prep.password,
+            )
         return Result.success()
 
     async def forget(self, dest_id: str) -> None:
@@ -433,7 +425,7 @@ class RabbitMQAdapter(Adapter):
         self._prepared.pop(dest_id, None)
 
     async def close(self) -> None:
-        await self._brokers.close()
+        await super().close()
         self._prepared.clear()
 
 
@@ -460,11 +452,6 @@ async def _close_channel(item: tuple[AbstractRobustChannel, AbstractExchange]) -
     await item[0].close()
 
 
-def _masked(text: str, password: str) -> str:
-    """Defence in depth: no library message may carry the password into a record or log."""
-    return text.replace(password, MASK) if password else text
-
-
 def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
     import aiormq
 
@@ -477,7 +464,7 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
         exc, aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError
     ):
         return Result.permanent(
-            _masked(f"authentication failed for user {key.username!r} at {where}: {exc}", password)
+            masked(f"authentication failed for user {key.username!r} at {where}: {exc}", password)
         )
     closed_530 = isinstance(exc, aiormq.exceptions.ConnectionClosed) and exc.args[:1] == (530,)
     if isinstance(exc, aiormq.exceptions.InvalidFrameError) or closed_530:
@@ -488,7 +475,7 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
             f"the broker at {where} refused virtual host {key.vhost!r} for user"
             f" {key.username!r} (it does not exist or the user has no access to it)"
         )
-    text = _masked(str(exc), password)
+    text = masked(str(exc), password)
     if _cert_failure(exc):
         return Result.permanent(f"TLS certificate verification failed for {where}: {text}")
     return Result.retryable(f"cannot connect to {where}: {text or type(exc).__name__}")

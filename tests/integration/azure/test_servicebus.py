@@ -116,7 +116,7 @@ class TestServiceBusContract(AdapterContract):
         results = await asyncio.gather(*(staggered(i, e) for i, e in enumerate(events)))
         assert [r.error for r in results if r.outcome is not Outcome.SUCCESS] == []
         assert self.broker.errors == []
-        assert len(adapter._senders) == 1
+        assert len(adapter.clients) == 1
         # Attempts that queued up while a send was in flight went out as batches...
         assert self.broker.transfers < 1 + len(events)
         # ...each message intact inside.
@@ -180,7 +180,7 @@ async def test_message_too_large_is_permanent_and_alone() -> None:
         assert results[-1].outcome is Outcome.FAILURE_PERMANENT
         assert results[-1].error.startswith("MessageSizeExceededError: ")
         assert {m.id for m in broker.stored(ENTITY)} == {e.id for e in small}
-        assert len(adapter._senders) == 1  # the sender was fine: kept
+        assert len(adapter.clients) == 1  # the sender was fine: kept
     finally:
         await adapter.close()
         broker.stop()
@@ -211,7 +211,7 @@ async def test_auth_that_never_answers_times_out_then_reconnects(
         assert time.monotonic() - started < 4
         assert result.outcome is Outcome.TIMEOUT
         assert result.error == "connecting and authenticating did not finish within 2 s"
-        assert len(quick_adapter._senders) == 0
+        assert len(quick_adapter.clients) == 0
         broker.stall_auth = False
         result = await publish(quick_adapter, raw)
         assert result.outcome is Outcome.SUCCESS, result
@@ -252,9 +252,9 @@ async def test_close_releases_senders(broker: Broker) -> None:
     )
     raw = {"name": ENTITY, "connection_string": broker.connection_string()}
     assert (await publish(adapter, raw)).outcome is Outcome.SUCCESS
-    assert len(adapter._senders) == 1
+    assert len(adapter.clients) == 1
     await adapter.close()
-    assert len(adapter._senders) == 0
+    assert len(adapter.clients) == 0
     # Reusable after close: a new sender is opened on demand.
     assert (await publish(adapter, raw)).outcome is Outcome.SUCCESS
     await adapter.close()

@@ -105,7 +105,7 @@ class TestPubSubContract(AdapterContract):
         events = [make_event() for _ in range(40)]
         results = await asyncio.gather(*(self.publish(adapter, good_config, e) for e in events))
         assert {r.outcome for r in results} == {Outcome.SUCCESS}
-        assert len(adapter._clients) == 1
+        assert len(adapter.clients) == 1
 
         async def all_there() -> bool:
             got = await self.peer.messages(PROJECT, good_config["topic"])
@@ -191,12 +191,12 @@ async def test_rotated_key_gets_its_own_client_and_same_target(
     second = {**base, "service_account_json": trusted_account.json}
     assert (await publish(adapter, first)).outcome is Outcome.FAILURE_PERMANENT
     assert (await publish(adapter, second)).outcome is Outcome.SUCCESS
-    assert len(adapter._clients) == 2
+    assert len(adapter.clients) == 2
     assert (
         PubSubConfig.model_validate(first).target() == PubSubConfig.model_validate(second).target()
     )
     await adapter.close()
-    assert len(adapter._clients) == 0
+    assert len(adapter.clients) == 0
 
 
 async def test_process_wide_emulator_variable_is_ignored(
