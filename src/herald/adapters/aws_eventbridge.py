@@ -16,10 +16,10 @@ import datetime as dt
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from herald.adapters.aws import AWSAdapter, AWSConfig, Region, failure, http_status
-from herald.adapters.base import Result, sensitive
+from herald.adapters.base import Result, checked, matching, sensitive
 from herald.model import Event
 from herald.timeutil import parse_timestamp
 
@@ -41,12 +41,9 @@ class EventBridgeConfig(AWSConfig):
     target_fields: ClassVar[tuple[str, ...]] = ("event_bus_name", "region")
     credential_fields: ClassVar[tuple[str, str]] = ("access_key_id", "secret_access_key")
 
-    @field_validator("event_bus_name")
-    @classmethod
-    def _bus(cls, value: str) -> str:
-        if not _BUS.fullmatch(value):
-            raise ValueError("must be an event bus name or an event-bus ARN")
-        return value
+    _bus = checked(
+        "event_bus_name", matching(_BUS, "must be an event bus name or an event-bus ARN")
+    )
 
 
 class EventBridgeAdapter(AWSAdapter):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from herald.adapters.aws import AWSAdapter, KeySecretConfig, Region
+from herald.adapters.base import checked, matching
 from herald.model import Event
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}", re.ASCII)
@@ -26,12 +27,9 @@ class KinesisConfig(KeySecretConfig):
 
     target_fields: ClassVar[tuple[str, ...]] = ("stream_name", "region")
 
-    @field_validator("stream_name")
-    @classmethod
-    def _stream_name(cls, value: str) -> str:
-        if not _STREAM_NAME.fullmatch(value):
-            raise ValueError("must be 1 to 128 letters, digits, '_', '.' or '-'")
-        return value
+    _stream_name = checked(
+        "stream_name", matching(_STREAM_NAME, "must be 1 to 128 letters, digits, '_', '.' or '-'")
+    )
 
 
 class KinesisAdapter(AWSAdapter):

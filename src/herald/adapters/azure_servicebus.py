@@ -40,7 +40,6 @@ import re
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import certifi
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
@@ -52,6 +51,8 @@ from herald.adapters.base import (
     checked,
     classify,
     describe,
+    host_and_port,
+    matching,
     sensitive,
 )
 from herald.adapters.pool import PooledAdapter
@@ -103,17 +104,9 @@ def parse_connection_string(value: str) -> ConnectionString:
     if not endpoint:
         raise ValueError("must contain Endpoint=sb://<namespace>.servicebus.windows.net/")
     try:
-        parts = urlsplit(endpoint)
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme != "sb" or not parts.hostname:
-        raise ValueError("has an Endpoint that is not an sb://host/ address")
-    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
-        raise ValueError("has an Endpoint with more than a host and port")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError("has an Endpoint with an invalid port") from None
+        _, host, port = host_and_port(endpoint, ("sb",), expected="is not an sb://host/ address")
+    except ValueError as exc:
+        raise ValueError(f"has an Endpoint that {exc}") from None
     key_name = fields.get("sharedaccesskeyname")
     shared_key = fields.get("sharedaccesskey")
     signature = fields.get("sharedaccesssignature")
@@ -129,7 +122,7 @@ def parse_connection_string(value: str) -> ConnectionString:
     emulator = fields.get("usedevelopmentemulator", "false").lower()
     if emulator not in ("true", "false"):
         raise ValueError("has UseDevelopmentEmulator other than true or false")
-    namespace = parts.hostname if port is None else f"{parts.hostname}:{port}"
+    namespace = host if port is None else f"{host}:{port}"
     entity = fields.get("entitypath") or None
     return ConnectionString(namespace, entity, emulator == "true")
 
@@ -138,19 +131,12 @@ def normalize_endpoint(value: str) -> str:
     """``sb://host[:port]``, ``amqps://host[:port]`` or ``host[:port]`` → ``sb://host[:port]``."""
     if "://" not in value:
         value = f"sb://{value}"
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("sb", "amqps", "amqp") or not parts.hostname:
-        raise ValueError("must be sb://host[:port], amqps://host[:port] or host:port")
-    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
-        raise ValueError("must be just a host and port, without credentials or a path")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError("has an invalid port") from None
-    return f"sb://{parts.hostname}" + (f":{port}" if port is not None else "")
+    _, host, port = host_and_port(
+        value,
+        ("sb", "amqps", "amqp"),
+        expected="must be sb://host[:port], amqps://host[:port] or host:port",
+    )
+    return f"sb://{host}" + (f":{port}" if port is not None else "")
 
 
 class ServiceBusConfig(DestinationConfig):
@@ -162,15 +148,14 @@ class ServiceBusConfig(DestinationConfig):
         json_schema_extra=sensitive("connection string of a policy with Send rights")
     )
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _ENTITY.match(value):
-            raise ValueError(
-                "must be a queue or topic name: 1 to 260 letters, digits, periods, hyphens,"
-                " underscores and slashes, starting and ending with a letter or digit"
-            )
-        return value
+    _name = checked(
+        "name",
+        matching(
+            _ENTITY,
+            "must be a queue or topic name: 1 to 260 letters, digits, periods, hyphens,"
+            " underscores and slashes, starting and ending with a letter or digit",
+        ),
+    )
 
     @field_validator("connection_string")
     @classmethod

@@ -9,10 +9,12 @@ the engine (``herald.dispatch``), never to an adapter.
 
 from __future__ import annotations
 
+import re
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from herald.config import Settings
 
 MASK = "********"
+P = TypeVar("P")
 
 
 def sensitive(description: str = "") -> Any:
@@ -45,6 +48,39 @@ def checked(field: str, check: Callable[[str], object]) -> Any:
         return value
 
     return field_validator(field)(classmethod(validate))
+
+
+def matching(pattern: re.Pattern[str], message: str) -> Callable[[str], None]:
+    """A check for :func:`checked`: the whole value must match ``pattern``."""
+
+    def check(value: str) -> None:
+        if not pattern.fullmatch(value):
+            raise ValueError(message)
+
+    return check
+
+
+def host_and_port(
+    value: str, schemes: Collection[str], *, expected: str
+) -> tuple[str, str, int | None]:
+    """``scheme://host[:port]`` and nothing more, as (scheme, host, port).
+
+    ValueError with ``expected`` for another scheme or no host, and saying what
+    else is wrong otherwise; an endpoint carries no credentials or path.
+    """
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in schemes or not parts.hostname:
+        raise ValueError(expected)
+    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
+        raise ValueError("must be just a host and port, without credentials or a path")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has an invalid port") from None
+    return parts.scheme, parts.hostname, port
 
 
 def check_http_url(value: str, *, credentials: str = "") -> str:
@@ -183,6 +219,39 @@ def classify(
     if isinstance(exc, ShuttingDown):
         return Result.retryable(str(exc))
     raise exc
+
+
+class PerDestination(Generic[P]):
+    """What an adapter derives from a destination's config (parsed headers, keys, a
+    broker key) once rather than per attempt; rebuilt when the destination changes
+    (its ``updated_at``) or, with ``expires``, once the value's time is up."""
+
+    def __init__(
+        self,
+        build: Callable[[Destination, Any], P],
+        *,
+        expires: Callable[[P], float] | None = None,
+    ) -> None:
+        self._build = build
+        self._expires = expires
+        self._items: dict[str, tuple[float, P]] = {}
+
+    def get(self, dest: Destination, config: DestinationConfig) -> P:
+        item = self._items.get(dest.id)
+        if item is not None and item[0] == dest.updated_at and not self._expired(item[1]):
+            return item[1]
+        value = self._build(dest, config)
+        self._items[dest.id] = (dest.updated_at, value)
+        return value
+
+    def _expired(self, value: P) -> bool:
+        return self._expires is not None and time.time() >= self._expires(value)
+
+    def forget(self, dest_id: str) -> None:
+        self._items.pop(dest_id, None)
+
+    def clear(self) -> None:
+        self._items.clear()
 
 
 @dataclass(slots=True)

@@ -38,7 +38,14 @@ from urllib.parse import urlsplit
 import orjson
 from pydantic import ConfigDict, Field, field_validator
 
-from herald.adapters.base import DestinationConfig, Result, checked, sensitive
+from herald.adapters.base import (
+    DestinationConfig,
+    Result,
+    checked,
+    host_and_port,
+    matching,
+    sensitive,
+)
 from herald.adapters.pool import PooledAdapter
 from herald.model import Destination, Event, Outcome
 
@@ -92,24 +99,17 @@ def parse_endpoint(value: str) -> Endpoint:
     """``host:port`` / ``http://host:port`` (plain text) or ``https://host[:port]`` (TLS)."""
     if "://" not in value:
         value = f"http://{value}"
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be host:port, http://host:port or https://host[:port]")
-    if parts.username or parts.password or parts.path not in ("", "/") or parts.query:
-        raise ValueError("must be just a host and port, without credentials or a path")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError("has an invalid port") from None
-    tls = parts.scheme == "https"
+    scheme, host, port = host_and_port(
+        value,
+        ("http", "https"),
+        expected="must be host:port, http://host:port or https://host[:port]",
+    )
+    tls = scheme == "https"
     if port is None:
         if not tls:
             raise ValueError("needs a port for a plain-text emulator, e.g. 127.0.0.1:8085")
         port = 443
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    host = host if ":" not in host else f"[{host}]"
     return Endpoint(f"{host}:{port}", tls)
 
 
@@ -159,15 +159,14 @@ class PubSubConfig(DestinationConfig):
         default=None, json_schema_extra=sensitive("service account key (JSON) with publish rights")
     )
 
-    @field_validator("project_id")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not _PROJECT.match(value):
-            raise ValueError(
-                "must be a project id: 6 to 30 lowercase letters, digits and hyphens,"
-                " starting with a letter"
-            )
-        return value
+    _project = checked(
+        "project_id",
+        matching(
+            _PROJECT,
+            "must be a project id: 6 to 30 lowercase letters, digits and hyphens,"
+            " starting with a letter",
+        ),
+    )
 
     @field_validator("topic")
     @classmethod

@@ -27,12 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from herald import __version__
-from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
-from herald.adapters.httpdelivery import new_session, post
+from herald.adapters.base import DestinationConfig, Result, check_http_url, checked, sensitive
+from herald.adapters.httpdelivery import HTTPAdapter, json_headers
 from herald.model import Destination, Event
 
 __all__ = ["DEFAULT_ENDPOINT", "HookdeckAdapter", "HookdeckConfig", "parse_token", "signature"]
@@ -67,29 +65,20 @@ def signature(token: str, body: bytes) -> str:
     return "v0=" + base64.b64encode(digest).decode()
 
 
+def check_gateway_url(value: str) -> None:
+    """A gateway base URL: the source id is appended to its path."""
+    check_http_url(value)
+    parts = urlsplit(value)
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query string or fragment")
+
+
 class HookdeckConfig(DestinationConfig):
     # Required, so a missing token is reported as "gateway.token is required".
     token: str = Field(json_schema_extra=sensitive("gateway source token: base64 of id:secret"))
 
-    @field_validator("token")
-    @classmethod
-    def _token(cls, value: str) -> str:
-        parse_token(value)
-        return value
-
-    @field_validator("endpoint_url")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an absolute http:// or https:// URL")
-        if parts.username or parts.password:
-            raise ValueError("must not carry credentials")
-        if parts.query or parts.fragment:
-            raise ValueError("must not carry a query string or fragment")
-        return value
+    _token = checked("token", parse_token)
+    _endpoint = checked("endpoint_url", check_gateway_url)
 
     @property
     def url(self) -> str:
@@ -105,60 +94,25 @@ class HookdeckConfig(DestinationConfig):
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    version: float
     url: str
     token: str
 
 
-class HookdeckAdapter(Adapter):
+class HookdeckAdapter(HTTPAdapter[_Prepared]):
     type_id = "hookdeck"
     aliases = ("gateway",)
     config_model = HookdeckConfig
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._session: aiohttp.ClientSession | None = None
-        self._prepared: dict[str, _Prepared] = {}
-
-    @property
-    def timeout(self) -> float:
-        return self.ctx.settings.delivery.webhook_timeout_seconds
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            settings = self.ctx.settings.delivery
-            self._session = new_session(
-                self.ctx.egress,
-                limit=settings.max_concurrency,
-                connect_timeout=settings.webhook_timeout_seconds,
-            )
-        return self._session
-
-    def _prepare(self, dest: Destination, config: HookdeckConfig) -> _Prepared:
-        prepared = self._prepared.get(dest.id)
-        if prepared is None or prepared.version != dest.updated_at:
-            prepared = _Prepared(dest.updated_at, config.url, config.token)
-            self._prepared[dest.id] = prepared
-        return prepared
+    def prepare(self, dest: Destination, config: HookdeckConfig) -> _Prepared:
+        return _Prepared(config.url, config.token)
 
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, HookdeckConfig)
-        prep = self._prepare(dest, config)
+        prep = self.prepared.get(dest, config)
         body = event.envelope()
         headers = {
-            "content-type": "application/json",
-            "user-agent": f"Herald/{__version__}",
+            **json_headers(),
             "x-hookdeck-signature": signature(prep.token, body),
             **event.metadata(),
         }
-        return await post(
-            self._client(), prep.url, body=body, headers=headers, egress=self.ctx.egress
-        )
-
-    async def forget(self, dest_id: str) -> None:
-        self._prepared.pop(dest_id, None)
-
-    async def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        return await self.send(prep.url, body=body, headers=headers)

@@ -1,6 +1,8 @@
 """The HTTP POST that the HTTP-based types (``webhook``, ``hookdeck``) deliver through.
 
-One client session per adapter (and per egress policy); redirects are never
+:class:`HTTPAdapter` is their common base: its client sessions, its deadline
+(``delivery.webhook_timeout_seconds``) and its per-destination prepared values;
+a type only builds the URL, headers and body. Redirects are never
 followed; a ``Retry-After`` on 429/503 is passed to the engine; the response
 body is read up to 1 KiB and the connection is dropped rather than drained past
 that. The status maps to an outcome the same way for every HTTP type: 2xx is
@@ -10,22 +12,41 @@ success, 3xx and the 4xx a retry cannot fix are permanent, the rest retryable.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
-from herald.adapters.base import Result
+from herald import __version__
+from herald.adapters.base import Adapter, AdapterContext, PerDestination, Result
 from herald.egress import EgressPolicy, GuardedResolver, check_url_host, resolve_and_check
 from herald.errors import EgressDenied, ValidationError
 from herald.timeutil import parse_retry_after
 
-__all__ = ["EXCERPT_BYTES", "RETRYABLE_4XX", "TargetCheck", "new_session", "post", "read_excerpt"]
+__all__ = [
+    "EXCERPT_BYTES",
+    "RETRYABLE_4XX",
+    "HTTPAdapter",
+    "TargetCheck",
+    "json_headers",
+    "new_session",
+    "post",
+    "read_excerpt",
+]
 
 EXCERPT_BYTES = 1024
 # Statuses a retry can plausibly fix on its own; other 4xx need a change at the receiver.
 RETRYABLE_4XX = frozenset({408, 409, 423, 425, 429})
+
+P = TypeVar("P")
+
+
+def json_headers() -> dict[str, str]:
+    """The headers every HTTP type sends with the JSON envelope."""
+    return {"content-type": "application/json", "user-agent": f"Herald/{__version__}"}
 
 
 def new_session(
@@ -144,3 +165,76 @@ async def read_excerpt(resp: aiohttp.ClientResponse) -> str | None:
     if not buf:
         return None
     return buf.decode("utf-8", "replace")
+
+
+class HTTPAdapter(Adapter, Generic[P]):
+    """A type that delivers by one HTTP POST; ``P`` is what it prepares per destination."""
+
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
+        self._sessions: list[aiohttp.ClientSession] = []
+        self._turn = 0
+        self._targets = TargetCheck(ctx.egress)
+        self.prepared: PerDestination[P] = PerDestination(self.prepare, expires=self.expires)
+
+    @property
+    def timeout(self) -> float:
+        return self.ctx.settings.delivery.webhook_timeout_seconds
+
+    @property
+    def proxy(self) -> str | None:
+        """The operator's HTTP proxy every POST goes through, if any."""
+        return None
+
+    def source_addresses(self) -> Sequence[str | None]:
+        """Local addresses to send from, taken in turn (None: the system's choice)."""
+        return (None,)
+
+    @abstractmethod
+    def prepare(self, dest: Any, config: Any) -> P:
+        """What every attempt for ``dest`` needs from its config, derived once."""
+
+    def expires(self, prepared: P) -> float:
+        """When ``prepared`` must be derived afresh even if the destination is unchanged."""
+        return float("inf")
+
+    def session(self) -> aiohttp.ClientSession:
+        """A shared client session, created on first use inside the running loop.
+
+        With several source addresses there is one session per address and
+        requests take them in turn (fixed egress for allow-lists).
+        """
+        if not self._sessions:
+            settings = self.ctx.settings.delivery
+            self._sessions = [
+                new_session(
+                    self.ctx.egress,
+                    limit=settings.max_concurrency,
+                    connect_timeout=settings.webhook_timeout_seconds,
+                    local_address=address,
+                    guarded=self.proxy is None,
+                )
+                for address in self.source_addresses()
+            ]
+        self._turn = (self._turn + 1) % len(self._sessions)
+        return self._sessions[self._turn]
+
+    async def send(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> Result:
+        """POST ``body`` to ``url`` once; the response (or failure) as a Result."""
+        return await post(
+            self.session(),
+            url,
+            body=body,
+            headers=headers,
+            egress=self.ctx.egress,
+            proxy=self.proxy,
+            targets=self._targets,
+        )
+
+    async def forget(self, dest_id: str) -> None:
+        self.prepared.forget(dest_id)
+
+    async def close(self) -> None:
+        sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            await session.close()

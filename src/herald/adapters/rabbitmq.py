@@ -40,6 +40,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from herald.adapters.base import (
     AdapterContext,
     DestinationConfig,
+    PerDestination,
     Result,
     ShuttingDown,
     checked,
@@ -267,7 +268,6 @@ class _Broker:
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    version: float
     key: BrokerKey
     password: str
     exchange: str
@@ -282,6 +282,16 @@ class _Refused(Exception):
         self.result = result
 
 
+def _prepare(dest: Destination, config: RabbitMQConfig) -> _Prepared:
+    assert config.password is not None
+    return _Prepared(
+        key=config.key(),
+        password=config.password,
+        exchange=config.exchange,
+        mandatory=config.is_mandatory,
+    )
+
+
 class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     type_id = "rabbitmq"
     aliases = ("amqp_broker",)
@@ -291,7 +301,7 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
 
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
-        self._prepared: dict[str, _Prepared] = {}
+        self._prepared: PerDestination[_Prepared] = PerDestination(_prepare)
 
     @property
     def connection_count(self) -> int:
@@ -301,23 +311,9 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     async def close_client(self, client: _Broker) -> None:
         await client.close()
 
-    def _prepare(self, dest: Destination, config: RabbitMQConfig) -> _Prepared:
-        prepared = self._prepared.get(dest.id)
-        if prepared is None or prepared.version != dest.updated_at:
-            assert config.password is not None
-            prepared = _Prepared(
-                version=dest.updated_at,
-                key=config.key(),
-                password=config.password,
-                exchange=config.exchange,
-                mandatory=config.is_mandatory,
-            )
-            self._prepared[dest.id] = prepared
-        return prepared
-
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, RabbitMQConfig)
-        prep = self._prepare(dest, config)
+        prep = self._prepared.get(dest, config)
         try:
             async with self.clients.use(prep.key, lambda: self._connect(prep)) as broker:
                 return await self._publish(broker, prep, event)
@@ -422,7 +418,7 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     async def forget(self, dest_id: str) -> None:
         # The shared connection stays for other destinations; an unused one is closed
         # by the pool once idle.
-        self._prepared.pop(dest_id, None)
+        self._prepared.forget(dest_id)
 
     async def close(self) -> None:
         await super().close()

@@ -7,19 +7,25 @@ up to 1 KiB and the connection is dropped rather than drained past that.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 from pydantic import Field, field_validator
 
-from herald import __version__
-from herald.adapters.base import Adapter, DestinationConfig, Result, sensitive
-from herald.adapters.httpdelivery import TargetCheck, new_session, post
+from herald.adapters.base import (
+    AdapterContext,
+    DestinationConfig,
+    Result,
+    check_http_url,
+    checked,
+    sensitive,
+)
+from herald.adapters.httpdelivery import HTTPAdapter, json_headers
 from herald.egress import check_target
 from herald.errors import ValidationError
 from herald.model import Destination, Event
@@ -71,22 +77,8 @@ class WebhookConfig(DestinationConfig):
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
 
-    @field_validator("url")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an absolute http:// or https:// URL")
-        if parts.username or parts.password:
-            raise ValueError("must not carry credentials; use custom_headers")
-        return value
-
-    @field_validator("custom_headers")
-    @classmethod
-    def _headers(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_custom_headers(value)
-        return value
+    _url = checked("url", functools.partial(check_http_url, credentials="; use custom_headers"))
+    _headers = checked("custom_headers", parse_custom_headers)
 
     @field_validator("secret")
     @classmethod
@@ -104,7 +96,6 @@ class WebhookConfig(DestinationConfig):
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    version: float
     url: str
     headers: dict[str, str]
     keys: tuple[bytes, ...]
@@ -112,43 +103,21 @@ class _Prepared:
     """When the previous secret stops signing (inf when there is none)."""
 
 
-class WebhookAdapter(Adapter):
+class WebhookAdapter(HTTPAdapter[_Prepared]):
     type_id = "webhook"
     config_model = WebhookConfig
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sessions: list[aiohttp.ClientSession] = []
-        self._turn = 0
-        self._prepared: dict[str, _Prepared] = {}
-        self._proxy = self.ctx.settings.delivery.webhook_proxy
-        self._targets = TargetCheck(self.ctx.egress)
+    def __init__(self, ctx: AdapterContext) -> None:
+        super().__init__(ctx)
+        # Read once: the sessions are built for it (unguarded behind a proxy).
+        self._proxy = ctx.settings.delivery.webhook_proxy
 
     @property
-    def timeout(self) -> float:
-        return self.ctx.settings.delivery.webhook_timeout_seconds
+    def proxy(self) -> str | None:
+        return self._proxy
 
-    def session(self) -> aiohttp.ClientSession:
-        """A shared client session, created on first use inside the running loop.
-
-        With ``delivery.webhook_source_addresses`` there is one session per
-        address and requests take them in turn (fixed egress for allow-lists).
-        """
-        if not self._sessions:
-            settings = self.ctx.settings.delivery
-            addresses = settings.webhook_source_addresses or (None,)
-            self._sessions = [
-                new_session(
-                    self.ctx.egress,
-                    limit=settings.max_concurrency,
-                    connect_timeout=settings.webhook_timeout_seconds,
-                    local_address=address,
-                    guarded=self._proxy is None,
-                )
-                for address in addresses
-            ]
-        self._turn = (self._turn + 1) % len(self._sessions)
-        return self._sessions[self._turn]
+    def source_addresses(self) -> Sequence[str | None]:
+        return self.ctx.settings.delivery.webhook_source_addresses or (None,)
 
     async def check(self, config: DestinationConfig) -> None:
         """Refuse, at create time, a URL that resolves to a non-public address."""
@@ -156,16 +125,8 @@ class WebhookAdapter(Adapter):
         await super().check(config)
         await check_target(config.url, self.ctx.egress, field="webhook.url")
 
-    def _prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
-        prepared = self._prepared.get(dest.id)
-        now = time.time()
-        if (
-            prepared is not None
-            and prepared.version == dest.updated_at
-            and now < prepared.keys_until
-        ):
-            return prepared
-        headers = {"content-type": "application/json", "user-agent": f"Herald/{__version__}"}
+    def prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
+        headers = json_headers()
         if config.custom_headers:
             headers.update(parse_custom_headers(config.custom_headers))
         keys: list[bytes] = []
@@ -174,16 +135,17 @@ class WebhookAdapter(Adapter):
         keys_until = float("inf")
         previous = dest.secrets.get("_previous_secret")
         previous_until = float(dest.config.get("_previous_secret_until", 0))
-        if previous and now < previous_until:
+        if previous and time.time() < previous_until:
             keys.append(parse_secret(previous))
             keys_until = previous_until
-        prepared = _Prepared(dest.updated_at, config.url, headers, tuple(keys), keys_until)
-        self._prepared[dest.id] = prepared
-        return prepared
+        return _Prepared(config.url, headers, tuple(keys), keys_until)
+
+    def expires(self, prepared: _Prepared) -> float:
+        return prepared.keys_until
 
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, WebhookConfig)
-        prep = self._prepare(dest, config)
+        prep = self.prepared.get(dest, config)
         body = event.envelope()
         timestamp = int(time.time())
         headers = dict(prep.headers)
@@ -191,20 +153,4 @@ class WebhookAdapter(Adapter):
         headers["webhook-timestamp"] = str(timestamp)
         if prep.keys:
             headers["webhook-signature"] = signature_header(prep.keys, event.id, timestamp, body)
-        return await post(
-            self.session(),
-            prep.url,
-            body=body,
-            headers=headers,
-            egress=self.ctx.egress,
-            proxy=self._proxy,
-            targets=self._targets,
-        )
-
-    async def forget(self, dest_id: str) -> None:
-        self._prepared.pop(dest_id, None)
-
-    async def close(self) -> None:
-        sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            await session.close()
+        return await self.send(prep.url, body=body, headers=headers)
