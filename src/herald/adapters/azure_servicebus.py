@@ -35,6 +35,7 @@ credentials as a connection error, so they are retryable there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import re
 import ssl
@@ -45,7 +46,6 @@ import certifi
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from herald.adapters.base import (
-    AdapterContext,
     DestinationConfig,
     Result,
     checked,
@@ -276,9 +276,11 @@ def _settle(waiting: list[asyncio.Future[None]], error: Exception | None) -> Non
             done.set_exception(error)
 
 
+@functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """What the SDK builds for every connection (certifi's roots), built once instead:
-    loading the roots takes ~50 ms of CPU, which must not block the event loop."""
+    """What the SDK builds for every connection (certifi's roots), built once per
+    process instead: loading the roots takes ~50 ms of CPU, so the first call runs
+    in a worker thread, off the event loop."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(certifi.where())
     return context
@@ -290,10 +292,6 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
     config_model = ServiceBusConfig
     idle_seconds = IDLE_CLOSE_SECONDS
     close_timeout = CLOSE_TIMEOUT_SECONDS
-
-    def __init__(self, ctx: AdapterContext) -> None:
-        super().__init__(ctx)
-        self._tls: ssl.SSLContext | None = None
 
     async def close_client(self, client: _Sender) -> None:
         await client.close()
@@ -314,9 +312,7 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
             "retry_backoff_max": 1.0,
             "retry_mode": "fixed",
         }
-        if self._tls is None:
-            self._tls = await asyncio.to_thread(_tls_context)
-        kwargs["ssl_context"] = self._tls
+        kwargs["ssl_context"] = await asyncio.to_thread(_tls_context)
         if config.endpoint_url is not None:
             kwargs["custom_endpoint_address"] = normalize_endpoint(config.endpoint_url)
             # The SDK would switch to AMQP over WebSockets for a custom endpoint.

@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 DEFAULT_UNIVERSE = "googleapis.com"
 PUBSUB_SCOPES = ("https://www.googleapis.com/auth/pubsub",)
 IDLE_CLOSE_SECONDS = 600.0
-CLOSE_TIMEOUT_SECONDS = 5.0
 ADC_TIMEOUT_SECONDS = 15.0
 CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", -1),
@@ -258,7 +257,6 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
     aliases = ("cloudB_pubsub",)
     config_model = PubSubConfig
     idle_seconds = IDLE_CLOSE_SECONDS
-    close_timeout = CLOSE_TIMEOUT_SECONDS
 
     async def close_client(self, client: PublisherAsyncClient) -> None:
         await client.transport.close()  # type: ignore[no-untyped-call]

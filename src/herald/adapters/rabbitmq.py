@@ -61,7 +61,6 @@ __all__ = ["BrokerAddress", "RabbitMQAdapter", "RabbitMQConfig", "parse_server_u
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 """Bound on opening a connection (TCP, TLS and AMQP handshakes) and a channel."""
-CLOSE_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 300.0
 """A connection (or channel) no attempt used for this long is closed."""
 RECONNECT_INTERVAL_SECONDS = 2.0
@@ -297,7 +296,6 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     aliases = ("amqp_broker",)
     config_model = RabbitMQConfig
     idle_seconds = IDLE_CLOSE_SECONDS
-    close_timeout = CLOSE_TIMEOUT_SECONDS
 
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
