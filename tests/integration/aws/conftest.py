@@ -2,7 +2,8 @@
 
 Every AWS API call in these tests goes over HTTP to moto on 127.0.0.1; the only
 stand-in is :class:`FakeAWS`, a tiny server that answers what moto cannot be made
-to answer (throttling, a PutEvents entry that failed).
+to answer (throttling, a PutEvents entry that failed). The helpers every type's
+tests share (:func:`creds`, :func:`deliver`, :class:`AWSContract`) are here too.
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from herald.adapters.base import Adapter, AdapterContext
+from herald.adapters.aws import AWSConfig
+from herald.adapters.base import Adapter, AdapterContext, Result
 from herald.config import Settings
 from herald.egress import EgressPolicy
-from tests.integration.aws.support import MotoServer, isolate_aws_environment
+from herald.model import Event, Outcome
+from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
+from tests.integration.aws.support import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    MotoServer,
+    closed_port,
+    envelope_of,
+    isolate_aws_environment,
+)
 
 
 @pytest.fixture(scope="session")
@@ -135,3 +146,74 @@ async def fake_aws() -> AsyncIterator[FakeFactory]:
     yield start
     for fake in started:
         await fake.stop()
+
+
+# --- what every type's tests share ----------------------------------------------------
+def creds(
+    adapter: type[Adapter], key: str = ACCESS_KEY, secret: str = SECRET_KEY
+) -> dict[str, str]:
+    """Explicit credentials in the fields ``adapter``'s config names them with."""
+    model = adapter.config_model
+    assert issubclass(model, AWSConfig)
+    key_field, secret_field = model.credential_fields
+    return {key_field: key, secret_field: secret}
+
+
+async def deliver(adapter: Adapter, raw: dict[str, str], event: Event | None = None) -> Result:
+    """Deliver ``event`` (a fresh one by default) to a new destination configured by ``raw``."""
+    config = adapter.config_model.model_validate(raw)
+    dest = make_destination(adapter.type_id, config)
+    return await adapter.deliver(dest, config, event or make_event())
+
+
+class AWSContract(AdapterContract):
+    """The adapter contract against moto; a type's suite names a target and reads back."""
+
+    def target(self, endpoint: str) -> dict[str, str]:
+        """Target fields naming something at ``endpoint`` that does not exist."""
+        raise NotImplementedError
+
+    def config(self, endpoint: str, **target: str) -> dict[str, str]:
+        """``target`` at ``endpoint``, with the test credentials."""
+        return {**target, "endpoint_url": endpoint, **creds(self.adapter_class)}
+
+    @pytest.fixture(autouse=True)
+    def _keep_moto(self, moto: MotoServer) -> None:
+        self._moto = moto
+
+    @pytest.fixture
+    def missing_target_config(self, moto: MotoServer) -> dict[str, str]:
+        return self.config(moto.endpoint, **self.target(moto.endpoint))
+
+    @pytest.fixture
+    def bad_credentials_config(
+        self, moto: MotoServer, good_config: dict[str, str]
+    ) -> Iterator[dict[str, str]]:
+        with moto.iam_enforced():  # after the target exists
+            yield {**good_config, **creds(self.adapter_class, "AKIAUNKNOWN000000000", "wrong")}
+
+    @pytest.fixture
+    def unreachable_config(self) -> dict[str, str]:
+        closed = f"http://127.0.0.1:{closed_port()}"
+        return self.config(closed, **self.target(closed))
+
+
+class EnvelopeOnlyContract(AWSContract):
+    """For a type whose message has no attributes (a Kinesis record, a PutEvents entry)."""
+
+    async def test_success_arrives_with_envelope_and_metadata(
+        self, adapter: Adapter, good_config: dict[str, str]
+    ) -> None:
+        """The contract's check, less ``tenant-id``: the design fixes the message body as
+        the envelope, which has no tenant field. The tenant is implied by the target (a
+        destination belongs to one tenant)."""
+        event = make_event(tenant="acme")
+        result = await self.publish(adapter, good_config, event)
+        assert result.outcome is Outcome.SUCCESS, result
+        got = await self.read_back(good_config, event)
+        assert json.loads(got["body"]) == envelope_of(event)
+        assert got["metadata"] == {
+            "event-id": event.id,
+            "event-type": event.type,
+            "event-created-at": event.created_at,
+        }

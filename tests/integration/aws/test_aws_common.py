@@ -23,7 +23,7 @@ from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.model import Outcome
 from tests.contract.adapter_contract import make_destination, make_event
-from tests.integration.aws.conftest import AdapterFactory, FakeFactory
+from tests.integration.aws.conftest import AdapterFactory, FakeFactory, creds, deliver
 from tests.integration.aws.support import (
     ACCESS_KEY,
     ACCOUNT,
@@ -40,15 +40,13 @@ class Kind:
 
     adapter: type[AWSAdapter]
     action: str
-    key_field: str
-    secret_field: str
     setup: Callable[[MotoServer], dict[str, str]]
 
     def config(self, moto: MotoServer, endpoint: str | None = None, **creds: str) -> dict[str, str]:
         return {**self.setup(moto), "endpoint_url": endpoint or moto.endpoint, **creds}
 
     def creds(self, key: str = ACCESS_KEY, secret: str = SECRET_KEY) -> dict[str, str]:
-        return {self.key_field: key, self.secret_field: secret}
+        return creds(self.adapter, key, secret)
 
 
 def _queue(moto: MotoServer) -> dict[str, str]:
@@ -72,21 +70,12 @@ def _bus(moto: MotoServer) -> dict[str, str]:
 
 
 KINDS = {
-    "sqs": Kind(SQSAdapter, "sqs:SendMessage", "key", "secret", _queue),
-    "kinesis": Kind(KinesisAdapter, "kinesis:PutRecord", "key", "secret", _stream),
-    "s3": Kind(S3Adapter, "s3:PutObject", "key", "secret", _bucket),
-    "eventbridge": Kind(
-        EventBridgeAdapter, "events:PutEvents", "access_key_id", "secret_access_key", _bus
-    ),
+    "sqs": Kind(SQSAdapter, "sqs:SendMessage", _queue),
+    "kinesis": Kind(KinesisAdapter, "kinesis:PutRecord", _stream),
+    "s3": Kind(S3Adapter, "s3:PutObject", _bucket),
+    "eventbridge": Kind(EventBridgeAdapter, "events:PutEvents", _bus),
 }
 each_kind = pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
-
-
-async def deliver(adapter: Any, raw: dict[str, str], **event: Any) -> Any:
-    config = adapter.config_model.model_validate(raw)
-    return await adapter.deliver(
-        make_destination(adapter.type_id, config), config, make_event(**event)
-    )
 
 
 # --- registration and config ---------------------------------------------------------------

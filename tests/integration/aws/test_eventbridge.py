@@ -3,35 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from herald.adapters.aws_eventbridge import EventBridgeAdapter, EventBridgeConfig
-from herald.adapters.base import Adapter
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.aws.conftest import AdapterFactory, FakeFactory
+from tests.contract.adapter_contract import make_event
+from tests.integration.aws.conftest import (
+    AdapterFactory,
+    EnvelopeOnlyContract,
+    FakeFactory,
+    creds,
+    deliver,
+)
 from tests.integration.aws.support import (
-    ACCESS_KEY,
     REGION,
-    SECRET_KEY,
     MotoServer,
-    closed_port,
     envelope_of,
     eventbridge_to_queue,
     receive_all,
 )
-
-
-def creds() -> dict[str, str]:
-    return {"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY}
-
-
-async def deliver(adapter: Any, raw: dict[str, str], event: Event) -> Any:
-    config = EventBridgeConfig.model_validate(raw)
-    return await adapter.deliver(make_destination("aws_eventbridge", config), config, event)
 
 
 def routed(moto: MotoServer, queue_url: str, event: Event) -> dict[str, Any]:
@@ -43,47 +35,16 @@ def routed(moto: MotoServer, queue_url: str, event: Event) -> dict[str, Any]:
     return matching[0]
 
 
-class TestEventBridgeContract(AdapterContract):
+class TestEventBridgeContract(EnvelopeOnlyContract):
     adapter_class = EventBridgeAdapter
 
-    @pytest.fixture(autouse=True)
-    def _keep_moto(self, moto: MotoServer) -> None:
-        self._moto = moto
+    def target(self, endpoint: str) -> dict[str, str]:
+        return {"event_bus_name": "nope", "region": REGION}
 
     @pytest.fixture
     def good_config(self, moto: MotoServer) -> dict[str, str]:
         self._queue_url = eventbridge_to_queue(moto, "herald-contract")
-        return {
-            "event_bus_name": "herald-contract",
-            "region": REGION,
-            "endpoint_url": moto.endpoint,
-            **creds(),
-        }
-
-    @pytest.fixture
-    def missing_target_config(self, moto: MotoServer) -> dict[str, str]:
-        return {
-            "event_bus_name": "nope",
-            "region": REGION,
-            "endpoint_url": moto.endpoint,
-            **creds(),
-        }
-
-    @pytest.fixture
-    def bad_credentials_config(
-        self, moto: MotoServer, good_config: dict[str, str]
-    ) -> Iterator[dict[str, str]]:
-        with moto.iam_enforced():
-            yield {
-                **good_config,
-                "access_key_id": "AKIAUNKNOWN000000000",
-                "secret_access_key": "wrong",
-            }
-
-    @pytest.fixture
-    def unreachable_config(self) -> dict[str, str]:
-        closed = f"http://127.0.0.1:{closed_port()}"
-        return {"event_bus_name": "b", "region": REGION, "endpoint_url": closed, **creds()}
+        return self.config(moto.endpoint, event_bus_name="herald-contract", region=REGION)
 
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         """EventBridge has no message attributes: the metadata is the event's own fields."""
@@ -97,22 +58,6 @@ class TestEventBridgeContract(AdapterContract):
             },
         }
 
-    async def test_success_arrives_with_envelope_and_metadata(
-        self, adapter: Adapter, good_config: dict[str, str]
-    ) -> None:
-        """The contract's check, less ``tenant-id``: a PutEvents entry has no attributes
-        and the design fixes ``Detail`` as the envelope, which has no tenant field."""
-        event = make_event(tenant="acme")
-        result = await self.publish(adapter, good_config, event)
-        assert result.outcome is Outcome.SUCCESS, result
-        got = await self.read_back(good_config, event)
-        assert json.loads(got["body"]) == envelope_of(event)
-        assert got["metadata"] == {
-            "event-id": event.id,
-            "event-type": event.type,
-            "event-created-at": event.created_at,
-        }
-
 
 async def test_detail_type_source_detail_and_time(
     moto: MotoServer, make_adapter: AdapterFactory
@@ -120,7 +65,9 @@ async def test_detail_type_source_detail_and_time(
     queue_url = eventbridge_to_queue(moto, "orders")
     raw = {"event_bus_name": "orders", "region": REGION, "endpoint_url": moto.endpoint}
     event = make_event("task_run.interaction_required")
-    result = await deliver(make_adapter(EventBridgeAdapter), {**raw, **creds()}, event)
+    result = await deliver(
+        make_adapter(EventBridgeAdapter), {**raw, **creds(EventBridgeAdapter)}, event
+    )
     assert result.outcome is Outcome.SUCCESS, result
     assert result.status == 200
     got = routed(moto, queue_url, event)
@@ -139,7 +86,9 @@ async def test_source_comes_from_the_config_key(
     adapter = make_adapter(EventBridgeAdapter, delivery={"eventbridge_source": "acme.events"})
     raw = {"event_bus_name": "custom", "region": REGION, "endpoint_url": moto.endpoint}
     event = make_event()
-    assert (await deliver(adapter, {**raw, **creds()}, event)).outcome is Outcome.SUCCESS
+    assert (
+        await deliver(adapter, {**raw, **creds(EventBridgeAdapter)}, event)
+    ).outcome is Outcome.SUCCESS
     assert routed(moto, queue_url, event)["source"] == "acme.events"
 
 
@@ -148,7 +97,9 @@ async def test_bus_by_arn_in_another_region(moto: MotoServer, make_adapter: Adap
     arn = "arn:aws:events:us-west-2:123456789012:event-bus/west"
     raw = {"event_bus_name": arn, "region": "us-west-2", "endpoint_url": moto.endpoint}
     event = make_event()
-    result = await deliver(make_adapter(EventBridgeAdapter), {**raw, **creds()}, event)
+    result = await deliver(
+        make_adapter(EventBridgeAdapter), {**raw, **creds(EventBridgeAdapter)}, event
+    )
     assert result.outcome is Outcome.SUCCESS, result
     messages = receive_all(moto.client("sqs", region="us-west-2"), queue_url, 1)
     assert json.loads(messages[0]["Body"])["detail"]["id"] == event.id
@@ -158,7 +109,9 @@ async def test_missing_bus_is_a_permanent_failure_with_the_code(
     moto: MotoServer, make_adapter: AdapterFactory
 ) -> None:
     raw = {"event_bus_name": "absent", "region": REGION, "endpoint_url": moto.endpoint}
-    result = await deliver(make_adapter(EventBridgeAdapter), {**raw, **creds()}, make_event())
+    result = await deliver(
+        make_adapter(EventBridgeAdapter), {**raw, **creds(EventBridgeAdapter)}, make_event()
+    )
     assert result.outcome is Outcome.FAILURE_PERMANENT
     assert result.error is not None
     assert result.error.startswith("ResourceNotFoundException: "), result.error
@@ -182,7 +135,12 @@ async def test_a_failed_entry_is_a_failed_attempt_with_its_code(
     # moto fails entries only for inputs Herald never sends, so a stand-in answers
     # the 200-with-FailedEntryCount response AWS gives.
     fake = await fake_aws(entry_error=code, message="entry refused")
-    raw = {"event_bus_name": "b", "region": REGION, "endpoint_url": fake.url, **creds()}
+    raw = {
+        "event_bus_name": "b",
+        "region": REGION,
+        "endpoint_url": fake.url,
+        **creds(EventBridgeAdapter),
+    }
     result = await deliver(make_adapter(EventBridgeAdapter), raw, make_event())
     assert result.outcome is outcome
     assert result.status == 200

@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from herald.adapters.aws_kinesis import KinesisAdapter, KinesisConfig
-from herald.adapters.base import Adapter
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.aws.conftest import AdapterFactory
-from tests.integration.aws.support import (
-    ACCESS_KEY,
-    REGION,
-    SECRET_KEY,
-    MotoServer,
-    closed_port,
-    envelope_of,
-    kinesis_records,
+from tests.contract.adapter_contract import make_event
+from tests.integration.aws.conftest import (
+    AdapterFactory,
+    EnvelopeOnlyContract,
+    creds,
+    deliver,
 )
-
-
-def creds() -> dict[str, str]:
-    return {"key": ACCESS_KEY, "secret": SECRET_KEY}
-
-
-async def deliver(adapter: Any, raw: dict[str, str], event: Event) -> Any:
-    config = KinesisConfig.model_validate(raw)
-    return await adapter.deliver(make_destination("aws_kinesis", config), config, event)
+from tests.integration.aws.support import REGION, MotoServer, kinesis_records
 
 
 def record_of(records: list[Any], event: Event) -> Any:
@@ -39,38 +25,16 @@ def record_of(records: list[Any], event: Event) -> Any:
     return matching[0]
 
 
-class TestKinesisContract(AdapterContract):
+class TestKinesisContract(EnvelopeOnlyContract):
     adapter_class = KinesisAdapter
 
-    @pytest.fixture(autouse=True)
-    def _keep_moto(self, moto: MotoServer) -> None:
-        self._moto = moto
+    def target(self, endpoint: str) -> dict[str, str]:
+        return {"stream_name": "nope", "region": REGION}
 
     @pytest.fixture
     def good_config(self, moto: MotoServer) -> dict[str, str]:
         moto.client("kinesis").create_stream(StreamName="herald-contract", ShardCount=1)
-        return {
-            "stream_name": "herald-contract",
-            "region": REGION,
-            "endpoint_url": moto.endpoint,
-            **creds(),
-        }
-
-    @pytest.fixture
-    def missing_target_config(self, moto: MotoServer) -> dict[str, str]:
-        return {"stream_name": "nope", "region": REGION, "endpoint_url": moto.endpoint, **creds()}
-
-    @pytest.fixture
-    def bad_credentials_config(
-        self, moto: MotoServer, good_config: dict[str, str]
-    ) -> Iterator[dict[str, str]]:
-        with moto.iam_enforced():
-            yield {**good_config, "key": "AKIAUNKNOWN000000000", "secret": "wrong"}
-
-    @pytest.fixture
-    def unreachable_config(self) -> dict[str, str]:
-        closed = f"http://127.0.0.1:{closed_port()}"
-        return {"stream_name": "s", "region": REGION, "endpoint_url": closed, **creds()}
+        return self.config(moto.endpoint, stream_name="herald-contract", region=REGION)
 
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         """A record has only data and a partition key: the metadata is what those carry."""
@@ -86,23 +50,6 @@ class TestKinesisContract(AdapterContract):
             },
         }
 
-    async def test_success_arrives_with_envelope_and_metadata(
-        self, adapter: Adapter, good_config: dict[str, str]
-    ) -> None:
-        """The contract's check, less ``tenant-id``: a Kinesis record has no attributes
-        and the design fixes the data as the envelope, which has no tenant field. The
-        tenant is implied by the stream (a destination belongs to one tenant)."""
-        event = make_event(tenant="acme")
-        result = await self.publish(adapter, good_config, event)
-        assert result.outcome is Outcome.SUCCESS, result
-        got = await self.read_back(good_config, event)
-        assert json.loads(got["body"]) == envelope_of(event)
-        assert got["metadata"] == {
-            "event-id": event.id,
-            "event-type": event.type,
-            "event-created-at": event.created_at,
-        }
-
 
 async def test_data_is_the_envelope_and_partition_key_the_event_id(
     moto: MotoServer, make_adapter: AdapterFactory
@@ -110,7 +57,12 @@ async def test_data_is_the_envelope_and_partition_key_the_event_id(
     kinesis = moto.client("kinesis")
     kinesis.create_stream(StreamName="events", ShardCount=4)
     adapter = make_adapter(KinesisAdapter)
-    raw = {"stream_name": "events", "region": REGION, "endpoint_url": moto.endpoint, **creds()}
+    raw = {
+        "stream_name": "events",
+        "region": REGION,
+        "endpoint_url": moto.endpoint,
+        **creds(KinesisAdapter),
+    }
     sent = [make_event() for _ in range(5)]
     for event in sent:
         result = await deliver(adapter, raw, event)
@@ -127,12 +79,12 @@ async def test_stream_in_another_region(moto: MotoServer, make_adapter: AdapterF
     tokyo.create_stream(StreamName="far", ShardCount=1)
     raw = {"stream_name": "far", "region": "ap-northeast-1", "endpoint_url": moto.endpoint}
     event = make_event()
-    result = await deliver(make_adapter(KinesisAdapter), {**raw, **creds()}, event)
+    result = await deliver(make_adapter(KinesisAdapter), {**raw, **creds(KinesisAdapter)}, event)
     assert result.outcome is Outcome.SUCCESS, result
     record_of(kinesis_records(tokyo, "far"), event)
     # The same name in the default region does not exist there.
     elsewhere = await deliver(
-        make_adapter(KinesisAdapter), {**raw, **creds(), "region": REGION}, event
+        make_adapter(KinesisAdapter), {**raw, **creds(KinesisAdapter), "region": REGION}, event
     )
     assert elsewhere.outcome is Outcome.FAILURE_PERMANENT
 
@@ -140,7 +92,12 @@ async def test_stream_in_another_region(moto: MotoServer, make_adapter: AdapterF
 async def test_missing_stream_is_a_permanent_failure_with_the_kinesis_code(
     moto: MotoServer, make_adapter: AdapterFactory
 ) -> None:
-    raw = {"stream_name": "absent", "region": REGION, "endpoint_url": moto.endpoint, **creds()}
+    raw = {
+        "stream_name": "absent",
+        "region": REGION,
+        "endpoint_url": moto.endpoint,
+        **creds(KinesisAdapter),
+    }
     result = await deliver(make_adapter(KinesisAdapter), raw, make_event())
     assert result.outcome is Outcome.FAILURE_PERMANENT
     assert result.error is not None

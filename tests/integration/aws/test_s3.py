@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from email.header import decode_header
 from typing import Any
@@ -14,68 +13,24 @@ import pytest
 from herald.adapters.aws_s3 import S3Adapter, S3Config, object_key, storage_classes
 from herald.errors import ValidationError
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.aws.conftest import AdapterFactory
-from tests.integration.aws.support import (
-    ACCESS_KEY,
-    REGION,
-    SECRET_KEY,
-    MotoServer,
-    closed_port,
-    envelope_of,
-    s3_objects,
-)
+from tests.contract.adapter_contract import make_event
+from tests.integration.aws.conftest import AdapterFactory, AWSContract, creds, deliver
+from tests.integration.aws.support import REGION, MotoServer, envelope_of, s3_objects
 from tests.integration.conftest import Harness
 
 KEY_FORMAT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z_evt_\w+\.json")
 
 
-def creds() -> dict[str, str]:
-    return {"key": ACCESS_KEY, "secret": SECRET_KEY}
-
-
-async def deliver(adapter: Any, raw: dict[str, str], event: Event) -> Any:
-    config = S3Config.model_validate(raw)
-    return await adapter.deliver(make_destination("aws_s3", config), config, event)
-
-
-class TestS3Contract(AdapterContract):
+class TestS3Contract(AWSContract):
     adapter_class = S3Adapter
 
-    @pytest.fixture(autouse=True)
-    def _keep_moto(self, moto: MotoServer) -> None:
-        self._moto = moto
+    def target(self, endpoint: str) -> dict[str, str]:
+        return {"bucket": "no-such-bucket", "region": REGION}
 
     @pytest.fixture
     def good_config(self, moto: MotoServer) -> dict[str, str]:
         moto.client("s3").create_bucket(Bucket="herald-contract")
-        return {
-            "bucket": "herald-contract",
-            "region": REGION,
-            "endpoint_url": moto.endpoint,
-            **creds(),
-        }
-
-    @pytest.fixture
-    def missing_target_config(self, moto: MotoServer) -> dict[str, str]:
-        return {
-            "bucket": "no-such-bucket",
-            "region": REGION,
-            "endpoint_url": moto.endpoint,
-            **creds(),
-        }
-
-    @pytest.fixture
-    def bad_credentials_config(
-        self, moto: MotoServer, good_config: dict[str, str]
-    ) -> Iterator[dict[str, str]]:
-        with moto.iam_enforced():
-            yield {**good_config, "key": "AKIAUNKNOWN000000000", "secret": "wrong"}
-
-    @pytest.fixture
-    def unreachable_config(self) -> dict[str, str]:
-        closed = f"http://127.0.0.1:{closed_port()}"
-        return {"bucket": "b-b-b", "region": REGION, "endpoint_url": closed, **creds()}
+        return self.config(moto.endpoint, bucket="herald-contract", region=REGION)
 
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         s3 = self._moto.client("s3", region=config["region"])
@@ -93,7 +48,7 @@ async def test_object_key_content_type_storage_class_and_metadata(
         "region": REGION,
         "storage_class": "STANDARD_IA",
         "endpoint_url": moto.endpoint,
-        **creds(),
+        **creds(S3Adapter),
     }
     event = make_event("task_run.completed", tenant="acme")
     result = await deliver(make_adapter(S3Adapter), raw, event)
@@ -120,7 +75,7 @@ async def test_default_storage_class_is_standard(
 ) -> None:
     s3 = moto.client("s3")
     s3.create_bucket(Bucket="plain")
-    raw = {"bucket": "plain", "region": REGION, "endpoint_url": moto.endpoint, **creds()}
+    raw = {"bucket": "plain", "region": REGION, "endpoint_url": moto.endpoint, **creds(S3Adapter)}
     assert S3Config.model_validate(raw).storage_class == "STANDARD"
     assert (await deliver(make_adapter(S3Adapter), raw, make_event())).outcome is Outcome.SUCCESS
     assert [o["StorageClass"] for o in s3_objects(s3, "plain")] == ["STANDARD"]
@@ -148,7 +103,7 @@ async def test_bucket_in_another_region_and_non_ascii_metadata(
     )
     raw = {"bucket": "frankfurt", "region": "eu-central-1", "endpoint_url": moto.endpoint}
     event = make_event(tenant="zürich")
-    result = await deliver(make_adapter(S3Adapter), {**raw, **creds()}, event)
+    result = await deliver(make_adapter(S3Adapter), {**raw, **creds(S3Adapter)}, event)
     assert result.outcome is Outcome.SUCCESS, result
     meta = s3.head_object(Bucket="frankfurt", Key=object_key(event))["Metadata"]
     # S3 metadata is HTTP headers: non-ASCII values travel RFC 2047 encoded.
@@ -160,7 +115,12 @@ async def test_bucket_in_another_region_and_non_ascii_metadata(
 async def test_missing_bucket_is_a_permanent_failure_with_the_s3_code(
     moto: MotoServer, make_adapter: AdapterFactory
 ) -> None:
-    raw = {"bucket": "never-made", "region": REGION, "endpoint_url": moto.endpoint, **creds()}
+    raw = {
+        "bucket": "never-made",
+        "region": REGION,
+        "endpoint_url": moto.endpoint,
+        **creds(S3Adapter),
+    }
     result = await deliver(make_adapter(S3Adapter), raw, make_event())
     assert result.outcome is Outcome.FAILURE_PERMANENT
     assert result.status == 404

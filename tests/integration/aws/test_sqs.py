@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from herald.adapters.aws_sqs import SQSAdapter, SQSConfig, fifo_id, region_from_queue_url
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.aws.conftest import AdapterFactory
+from tests.contract.adapter_contract import make_event
+from tests.integration.aws.conftest import AdapterFactory, AWSContract, creds, deliver
 from tests.integration.aws.support import (
-    ACCESS_KEY,
     ACCOUNT,
-    SECRET_KEY,
     MotoServer,
-    closed_port,
     envelope_of,
     receive_all,
     sqs_metadata,
 )
-
-
-def creds() -> dict[str, str]:
-    return {"key": ACCESS_KEY, "secret": SECRET_KEY}
-
-
-async def deliver(adapter: Any, raw: dict[str, str], event: Event) -> Any:
-    config = SQSConfig.model_validate(raw)
-    return await adapter.deliver(make_destination("aws_sqs", config), config, event)
 
 
 def find(messages: list[Any], event: Event) -> Any:
@@ -39,40 +26,22 @@ def find(messages: list[Any], event: Event) -> Any:
     return matching[0]
 
 
-class TestSQSContract(AdapterContract):
+class TestSQSContract(AWSContract):
     adapter_class = SQSAdapter
+
+    def target(self, endpoint: str) -> dict[str, str]:
+        return {"queue_url": f"{endpoint}/{ACCOUNT}/no-such-queue"}
 
     @pytest.fixture
     def good_config(self, moto: MotoServer) -> dict[str, str]:
         url = moto.client("sqs").create_queue(QueueName="herald-contract")["QueueUrl"]
-        return {"queue_url": url, "endpoint_url": moto.endpoint, **creds()}
-
-    @pytest.fixture
-    def missing_target_config(self, moto: MotoServer) -> dict[str, str]:
-        url = f"{moto.endpoint}/{ACCOUNT}/no-such-queue"
-        return {"queue_url": url, "endpoint_url": moto.endpoint, **creds()}
-
-    @pytest.fixture
-    def bad_credentials_config(
-        self, moto: MotoServer, good_config: dict[str, str]
-    ) -> Iterator[dict[str, str]]:
-        with moto.iam_enforced():  # after the queue exists
-            yield {**good_config, "key": "AKIAUNKNOWN000000000", "secret": "wrong"}
-
-    @pytest.fixture
-    def unreachable_config(self, moto: MotoServer) -> dict[str, str]:
-        closed = f"http://127.0.0.1:{closed_port()}"
-        return {"queue_url": f"{closed}/{ACCOUNT}/q", "endpoint_url": closed, **creds()}
+        return self.config(moto.endpoint, queue_url=url)
 
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         # ``moto`` is reset per test, so the contract's queue holds only this test's messages.
         sqs = self._moto.client("sqs")
         message = find(receive_all(sqs, config["queue_url"], 1), event)
         return {"body": message["Body"].encode(), "metadata": sqs_metadata(message)}
-
-    @pytest.fixture(autouse=True)
-    def _keep_moto(self, moto: MotoServer) -> None:
-        self._moto = moto
 
 
 async def test_attributes_are_strings_named_as_the_design_says(
@@ -83,7 +52,7 @@ async def test_attributes_are_strings_named_as_the_design_says(
     event = make_event("task_run.failed", tenant="acme")
     result = await deliver(
         make_adapter(SQSAdapter),
-        {"queue_url": url, "endpoint_url": moto.endpoint, **creds()},
+        {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)},
         event,
     )
     assert result.outcome is Outcome.SUCCESS, result
@@ -104,7 +73,7 @@ async def test_fifo_queue_groups_by_tenant_and_deduplicates_by_event_id(
     sqs = moto.client("sqs")
     url = sqs.create_queue(QueueName="events.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     adapter = make_adapter(SQSAdapter)
-    raw = {"queue_url": url, "endpoint_url": moto.endpoint, **creds()}
+    raw = {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
     event = make_event(tenant="acme")
     for _ in range(2):  # a resend (at-least-once) is dropped by the queue
         assert (await deliver(adapter, raw, event)).outcome is Outcome.SUCCESS
@@ -142,7 +111,7 @@ async def test_region_comes_from_the_queue_url(
     # which files the queue under the region the request is signed for.
     url = f"https://sqs.eu-west-1.amazonaws.com/{ACCOUNT}/in-ireland"
     adapter = make_adapter(SQSAdapter)
-    raw = {"queue_url": url, "endpoint_url": moto.endpoint, **creds()}
+    raw = {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
     event = make_event()
     result = await deliver(adapter, raw, event)
     assert result.outcome is Outcome.SUCCESS, result
@@ -190,7 +159,7 @@ async def test_wrong_queue_url_is_a_permanent_failure_with_the_sqs_code(
     raw = {
         "queue_url": f"{moto.endpoint}/{ACCOUNT}/never-created",
         "endpoint_url": moto.endpoint,
-        **creds(),
+        **creds(SQSAdapter),
     }
     result = await deliver(make_adapter(SQSAdapter), raw, make_event())
     assert result.outcome is Outcome.FAILURE_PERMANENT
