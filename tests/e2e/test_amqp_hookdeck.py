@@ -1,9 +1,9 @@
 """``herald run`` delivering through the outbox to rabbitmq and hookdeck destinations.
 
 RabbitMQ: the real broker on 127.0.0.1:5672 (AMQP 0-9-1); what arrived is read
-from a queue bound to the test's exchange. Hookdeck: the gateway stand-in of
-``tests/integration/amqp/gateway.py`` (aiohttp on 127.0.0.1), which verifies
-each request's signature and headers. Destinations are created with the
+from a queue bound to the test's exchange. Hookdeck: the gateway stand-in
+``Receiver.for_gateway()`` (``tests/support/receiver.py``, aiohttp on 127.0.0.1),
+which verifies each request's signature and headers. Destinations are created with the
 spec's aliases (``amqp_broker``, ``gateway``) through the CLI and the API.
 """
 
@@ -25,8 +25,8 @@ from aio_pika.abc import AbstractIncomingMessage
 from tests.e2e.conftest import HeraldFactory
 from tests.integration.amqp import broker
 from tests.integration.amqp.broker import BrokerUser, Inspector, PrivateBroker
-from tests.integration.amqp.gateway import Gateway
 from tests.support.daemon import Herald
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.e2e
 
@@ -246,7 +246,7 @@ async def test_broker_restart_mid_run_delivers_everything_without_restarting_her
 
 # --- hookdeck -------------------------------------------------------------------------------------
 async def test_hundred_events_reach_the_gateway_signed(herald_factory: HeraldFactory) -> None:
-    gateway = await Gateway().start()
+    gateway = await Receiver.for_gateway().start()
     try:
         token = gateway.add_source("src_e2e", secret="e2e-" + secrets.token_hex(8))
         h = herald_factory(start=False)
@@ -256,12 +256,12 @@ async def test_hundred_events_reach_the_gateway_signed(herald_factory: HeraldFac
             {
                 "name": "gateway",
                 "type": "gateway",
-                "gateway": {"token": token, "endpoint_url": gateway.url},
+                "gateway": {"token": token, "endpoint_url": gateway.base_url},
                 "events": ["*"],
             },
         )
         assert dest["type"] == "hookdeck"
-        assert dest["hookdeck"] == {"token": "********", "endpoint_url": gateway.url}
+        assert dest["hookdeck"] == {"token": "********", "endpoint_url": gateway.base_url}
         await wait_active(h, dest["id"])
         assert [r.type for r in gateway.received] == ["destination.verification"]
 

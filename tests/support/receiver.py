@@ -4,12 +4,23 @@ Each request is verified with the independent ``standardwebhooks`` library
 when the receiver knows the secret; what it answers is decided per request by
 a behaviour function, so one receiver can fail verification pings, time out,
 or answer 500 for a while and then recover.
+
+:meth:`Receiver.for_gateway` makes it a stand-in for the event gateway's ingest
+URL instead: it knows the source tokens it accepts and checks every request the
+way the gateway's source authentication does, independently of Herald's code —
+the path names a known source (else 404), ``X-Hookdeck-Signature`` is ``v0=`` +
+base64 HMAC-SHA256 of the raw body keyed with that source's whole token (else
+401), and the body is the envelope with the metadata headers matching it (else
+400). Refused requests are listed in ``rejected``, never in ``received``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import json
 import time
 from collections import Counter
@@ -40,12 +51,26 @@ class Received:
     def type(self) -> str:
         return str(self.envelope["type"])
 
+    @property
+    def source_id(self) -> str:
+        """The gateway source the request was posted to (the path, for a gateway)."""
+        return self.path.removeprefix("/")
+
 
 Behaviour = Callable[["Received"], Awaitable[web.StreamResponse] | web.StreamResponse]
 
 
 def ok(_: Received) -> web.StreamResponse:
     return web.Response(status=204)
+
+
+def gateway_accepted(_: Received) -> web.StreamResponse:
+    return web.json_response({"status": "SUCCESS", "message": "Request handled"})
+
+
+def token_for(source_id: str, secret: str = "s3cr3t-signing-key") -> str:
+    """A gateway source token: base64 of ``id:secret``."""
+    return base64.b64encode(f"{source_id}:{secret}".encode()).decode()
 
 
 @dataclass
@@ -55,12 +80,33 @@ class Receiver:
     received: list[Received] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     port: int = 0
+    gateway: bool = False
+    """Check requests as the event gateway does (see the module docstring)."""
+    tokens: dict[str, str] = field(default_factory=dict)
+    """Gateway: source id → the token its requests must be signed with."""
+    rejected: list[str] = field(default_factory=list)
+    """Gateway: the requests it refused, and why."""
     _runner: web.AppRunner | None = None
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @classmethod
+    def for_gateway(cls) -> Receiver:
+        return cls(gateway=True, behaviour=gateway_accepted)
+
+    @property
+    def base_url(self) -> str:
+        """The server's root (a gateway's ``endpoint_url``)."""
+        return f"http://127.0.0.1:{self.port}"
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{self.base_url}/hook"
+
+    def add_source(self, source_id: str, secret: str = "s3cr3t-signing-key") -> str:
+        """Make the gateway accept ``source_id``; its token."""
+        token = token_for(source_id, secret)
+        self.tokens[source_id] = token
+        return token
 
     async def start(self, port: int = 0) -> Receiver:
         app = web.Application()
@@ -82,6 +128,10 @@ class Receiver:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
+        if self.gateway and (refusal := self._refuse(request.path, headers, body)) is not None:
+            status, reason = refusal
+            self.rejected.append(reason)
+            return web.json_response({"message": reason}, status=status)
         verified = False
         if self.secrets:
             # The receiver accepts a request signed by any secret it knows,
@@ -111,6 +161,23 @@ class Receiver:
         assert isinstance(result, web.StreamResponse)
         return result
 
+    def _refuse(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str] | None:
+        """(status, reason) if the gateway refuses the request, else None."""
+        source_id = path.removeprefix("/")
+        token = self.tokens.get(source_id)
+        if token is None:
+            return 404, f"unknown source {source_id}"
+        digest = hmac.new(token.encode(), body, hashlib.sha256).digest()
+        expected = "v0=" + base64.b64encode(digest).decode()
+        if not hmac.compare_digest(headers.get("x-hookdeck-signature", ""), expected):
+            return 401, f"bad signature for {source_id}"
+        try:
+            envelope = json.loads(body)
+        except ValueError:
+            return 400, "body is not JSON"
+        problems = _gateway_header_problems(headers, envelope)
+        return (400, "; ".join(problems)) if problems else None
+
     def events(self, type_: str | None = None) -> list[Received]:
         return [r for r in self.received if type_ is None or r.type == type_]
 
@@ -139,3 +206,20 @@ def verification_ok_then(behaviour: Behaviour) -> Behaviour:
         return behaviour(item)
 
     return decide
+
+
+def _gateway_header_problems(headers: dict[str, str], envelope: dict[str, Any]) -> list[str]:
+    problems = []
+    if headers.get("content-type") != "application/json":
+        problems.append(f"content-type is {headers.get('content-type')!r}")
+    wanted = {
+        "event-id": envelope.get("id"),
+        "event-type": envelope.get("type"),
+        "event-created-at": envelope.get("created_at"),
+    }
+    for name, value in wanted.items():
+        if headers.get(name) != value:
+            problems.append(f"{name} is {headers.get(name)!r}, expected {value!r}")
+    if not headers.get("tenant-id"):
+        problems.append("tenant-id header missing")
+    return problems

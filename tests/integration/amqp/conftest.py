@@ -4,7 +4,7 @@ RabbitMQ is the broker running on 127.0.0.1:5672 (started by
 ``scripts/test-services.sh`` when it is down); each test gets its own topic
 exchange and bound queue, deleted afterwards. The TLS and outage tests use the
 run's private node (``private_broker``), which they may stop. The gateway is
-:class:`~tests.integration.amqp.gateway.Gateway` on an ephemeral port.
+a :class:`~tests.support.receiver.Receiver` made for the gateway, on an ephemeral port.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.amqp import broker
 from tests.integration.amqp.broker import BrokerUser, Inspector, PrivateBroker
-from tests.integration.amqp.gateway import Gateway
+from tests.support.receiver import Receiver
 from tests.support.required import unavailable
 
 
@@ -88,7 +88,7 @@ async def private_exchange(private_broker: PrivateBroker) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    gw = await Gateway().start()
+async def gateway() -> AsyncIterator[Receiver]:
+    gw = await Receiver.for_gateway().start()
     yield gw
     await gw.stop()

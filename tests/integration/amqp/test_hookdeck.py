@@ -1,6 +1,6 @@
 """The hookdeck adapter against a stand-in for the gateway's ingest URL (aiohttp, 127.0.0.1).
 
-The stand-in (:mod:`tests.integration.amqp.gateway`) verifies each request's
+The stand-in (:meth:`tests.support.receiver.Receiver.for_gateway`) verifies each request's
 ``X-Hookdeck-Signature`` and metadata headers independently of Herald's code
 and answers 404 for an unknown source, 401 for a bad signature, as the gateway does.
 """
@@ -27,8 +27,8 @@ from herald.errors import ValidationError
 from herald.model import Event, Outcome
 from herald.views import destination_view
 from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
-from tests.integration.amqp.gateway import Gateway, GatewayRequest, token_for
 from tests.support.daemon import free_port
+from tests.support.receiver import Received, Receiver, token_for
 
 
 class TestHookdeckContract(AdapterContract):
@@ -36,18 +36,21 @@ class TestHookdeckContract(AdapterContract):
     settings_overrides: ClassVar[dict[str, Any]] = {"delivery": {"webhook_timeout_seconds": 2.0}}
 
     @pytest.fixture
-    def good_config(self, gateway: Gateway) -> dict[str, str]:
+    def good_config(self, gateway: Receiver) -> dict[str, str]:
         self.gateway = gateway
-        return {"token": gateway.add_source("src_contract"), "endpoint_url": gateway.url}
+        return {"token": gateway.add_source("src_contract"), "endpoint_url": gateway.base_url}
 
     @pytest.fixture
-    def missing_target_config(self, gateway: Gateway) -> dict[str, str]:
-        return {"token": token_for("src_nonexistent"), "endpoint_url": gateway.url}
+    def missing_target_config(self, gateway: Receiver) -> dict[str, str]:
+        return {"token": token_for("src_nonexistent"), "endpoint_url": gateway.base_url}
 
     @pytest.fixture
-    def bad_credentials_config(self, gateway: Gateway) -> dict[str, str]:
+    def bad_credentials_config(self, gateway: Receiver) -> dict[str, str]:
         gateway.add_source("src_contract")
-        return {"token": token_for("src_contract", "wrong-secret"), "endpoint_url": gateway.url}
+        return {
+            "token": token_for("src_contract", "wrong-secret"),
+            "endpoint_url": gateway.base_url,
+        }
 
     @pytest.fixture
     def unreachable_config(self) -> dict[str, str]:
@@ -75,10 +78,10 @@ async def send(adapter: HookdeckAdapter, raw: dict[str, str]) -> tuple[Result, E
 
 
 async def test_post_is_signed_with_the_token_and_carries_the_metadata(
-    adapter: HookdeckAdapter, gateway: Gateway
+    adapter: HookdeckAdapter, gateway: Receiver
 ) -> None:
     token = gateway.add_source("src_2kXyZ9")
-    result, event = await send(adapter, {"token": token, "endpoint_url": gateway.url + "/"})
+    result, event = await send(adapter, {"token": token, "endpoint_url": gateway.base_url + "/"})
     assert result.outcome is Outcome.SUCCESS, (result, gateway.rejected)
     assert result.status == 200
     assert result.excerpt is not None
@@ -103,12 +106,12 @@ def test_known_answer_signature() -> None:
 
 
 async def test_egress_guard_applies_to_the_default_url_and_to_an_endpoint_url(
-    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+    gateway: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both are checked like a webhook's URL, at create time and at send time; a gateway
     on a private network passes once its network is allowed."""
     token = gateway.add_source("src_guard")
-    monkeypatch.setattr(hookdeck, "DEFAULT_ENDPOINT", gateway.url)  # a loopback "default"
+    monkeypatch.setattr(hookdeck, "DEFAULT_ENDPOINT", gateway.base_url)  # a loopback "default"
     strict = HookdeckAdapter(
         AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=False))
     )
@@ -117,19 +120,19 @@ async def test_egress_guard_applies_to_the_default_url_and_to_an_endpoint_url(
         AdapterContext(settings=Settings(), egress=EgressPolicy(allowed_networks=loopback))
     )
     try:
-        for raw in ({"token": token}, {"token": token, "endpoint_url": gateway.url}):
+        for raw in ({"token": token}, {"token": token, "endpoint_url": gateway.base_url}):
             denied, _ = await send(strict, raw)
             assert denied.outcome is Outcome.FAILURE_PERMANENT, denied
             assert denied.error is not None
             assert "egress denied" in denied.error
             assert gateway.received == []
         with pytest.raises(ValidationError) as refused:
-            await strict.check(HookdeckConfig(token=token, endpoint_url=gateway.url))
+            await strict.check(HookdeckConfig(token=token, endpoint_url=gateway.base_url))
         assert (refused.value.code, refused.value.field) == (
             "url_not_allowed",
             "hookdeck.endpoint_url",
         )
-        config = {"token": token, "endpoint_url": gateway.url}
+        config = {"token": token, "endpoint_url": gateway.base_url}
         await allowing.check(HookdeckConfig.model_validate(config))
         allowed, _ = await send(allowing, config)
         assert allowed.outcome is Outcome.SUCCESS, allowed
@@ -151,7 +154,7 @@ async def test_egress_guard_applies_to_the_default_url_and_to_an_endpoint_url(
 )
 async def test_status_mapping_and_retry_after_as_for_webhooks(
     adapter: HookdeckAdapter,
-    gateway: Gateway,
+    gateway: Receiver,
     status: int,
     headers: dict[str, str],
     outcome: Outcome,
@@ -159,7 +162,7 @@ async def test_status_mapping_and_retry_after_as_for_webhooks(
 ) -> None:
     gateway.behaviour = lambda _: web.Response(status=status, headers=headers, text="x" * 5000)
     result, _ = await send(
-        adapter, {"token": gateway.add_source("src_s"), "endpoint_url": gateway.url}
+        adapter, {"token": gateway.add_source("src_s"), "endpoint_url": gateway.base_url}
     )
     assert result.outcome is outcome, result
     assert result.status == status
@@ -172,16 +175,18 @@ async def test_deadline_is_the_webhook_deadline(adapter: HookdeckAdapter) -> Non
 
 
 async def test_slow_gateway_is_cut_at_the_deadline_by_the_engine_timeout(
-    adapter: HookdeckAdapter, gateway: Gateway
+    adapter: HookdeckAdapter, gateway: Receiver
 ) -> None:
-    async def slow(_: GatewayRequest) -> web.StreamResponse:
+    async def slow(_: Received) -> web.StreamResponse:
         await asyncio.sleep(2.0)  # past the 1.5 s deadline
         return web.Response(status=200)
 
     gateway.behaviour = slow
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(adapter.timeout):  # exactly what the engine does
-            await send(adapter, {"token": gateway.add_source("src_t"), "endpoint_url": gateway.url})
+            await send(
+                adapter, {"token": gateway.add_source("src_t"), "endpoint_url": gateway.base_url}
+            )
 
 
 # --- config validation ------------------------------------------------------------------------
