@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from herald.adapters.base import ShuttingDown
 from herald.adapters.pool import ClientPool
 
 
@@ -42,8 +43,8 @@ class Harness:
         client.closed = True
 
 
-async def borrow(h: Harness, key: str = "k", hold: float = 0.0) -> Client:
-    async with h.pool.use(key, h.open) as client:
+async def borrow(h: Harness, key: str = "k", hold: float = 0.0, user: str | None = None) -> Client:
+    async with h.pool.use(key, h.open, user=user) as client:
         await asyncio.sleep(hold)
         return client
 
@@ -113,3 +114,38 @@ async def test_close_is_bounded_and_the_pool_reopens() -> None:
     await h.pool.close()
     await h.pool.close()
     assert h.opened[1].closed
+
+
+async def test_a_client_goes_once_no_destination_uses_it() -> None:
+    h = Harness()
+    shared = await borrow(h, "old", user="a")
+    assert await borrow(h, "old", user="b") is shared
+    assert (await borrow(h, "new", user="a")) is not shared  # a's key changed
+    await asyncio.sleep(0.01)
+    assert not shared.closed  # b still uses it
+    h.pool.release("b")
+    await asyncio.sleep(0.01)
+    assert shared.closed
+    assert len(h.pool) == 1
+
+
+async def test_a_client_released_mid_attempt_closes_after_it() -> None:
+    h = Harness()
+    holder = asyncio.create_task(borrow(h, user="a", hold=0.1))
+    await asyncio.sleep(0.01)
+    h.pool.release("a")  # the destination was deleted while its attempt ran
+    client = h.opened[0]
+    assert len(h.pool) == 0
+    assert not client.closed
+    await holder
+    await asyncio.sleep(0.01)
+    assert client.closed
+
+
+async def test_close_during_an_opening_is_a_shutdown_not_a_cancellation() -> None:
+    h = Harness(open_delay=0.2)
+    waiter = asyncio.create_task(borrow(h))
+    await asyncio.sleep(0.01)
+    await h.pool.close()
+    with pytest.raises(ShuttingDown):
+        await waiter

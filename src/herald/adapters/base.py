@@ -35,8 +35,8 @@ def sensitive(description: str = "") -> Any:
 
 
 def checked(field: str, check: Callable[[str], object]) -> Any:
-    """A validator for the optional text ``field``: ``check`` (which raises ValueError)
-    must accept a set value, which is then kept as given.
+    """A validator for the text ``field``: a set value must pass ``check`` (which
+    raises ValueError) and is then kept as given.
 
     Many fields are stored as text but must parse (a key, a header object, an
     endpoint); the parsed form is rebuilt where it is used.
