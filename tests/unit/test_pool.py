@@ -122,10 +122,10 @@ async def test_a_client_goes_once_no_destination_uses_it() -> None:
     assert await borrow(h, "old", user="b") is shared
     assert (await borrow(h, "new", user="a")) is not shared  # a's key changed
     await asyncio.sleep(0.01)
-    assert not shared.closed  # b still uses it
+    assert [c.closed for c in h.opened] == [False, False]  # b still uses the old one
     h.pool.release("b")
     await asyncio.sleep(0.01)
-    assert shared.closed
+    assert [c.closed for c in h.opened] == [True, False]
     assert len(h.pool) == 1
 
 
