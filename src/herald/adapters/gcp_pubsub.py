@@ -41,6 +41,7 @@ from pydantic import ConfigDict, Field, field_validator
 from herald.adapters.base import (
     DestinationConfig,
     Result,
+    ShuttingDown,
     checked,
     host_and_port,
     matching,
@@ -287,6 +288,8 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
             return Result.permanent(f"credentials refused: {exc}")
         except auth_exceptions.TransportError as exc:
             return Result.retryable(f"credential refresh failed: {exc}")
+        except ShuttingDown as exc:
+            return Result.retryable(str(exc))
         except TimeoutError:
             return Result(
                 Outcome.TIMEOUT,
