@@ -282,7 +282,6 @@ class Daemon:
             comp.registry,
             comp.policy,
             catalog=comp.catalog,
-            dispatcher=dispatcher,
             on_change=changed,
         )
         if s.database.sqlite_path is not None:

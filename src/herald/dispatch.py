@@ -20,19 +20,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from herald.adapters.base import Result
+from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
 from herald.catalog import Catalog
 from herald.errors import StorageError
-from herald.ids import new_id
-from herald.logs import debug_enabled
-from herald.model import (
-    Attempt,
-    AttemptRecord,
-    DeliveryKind,
-    DeliveryStatus,
-    DueDelivery,
-    Outcome,
-)
+from herald.model import AttemptRecord, DueDelivery
 from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import Store
 
@@ -159,13 +150,6 @@ class Recorder:
 
     async def drained(self) -> None:
         await self._idle.wait()
-
-
-AttemptOutcome = tuple[AttemptRecord, str] | BaseException
-"""An attempt's record and its destination type id, or why it has none."""
-AttemptDone = Callable[[DueDelivery, AttemptOutcome], None]
-Submit = Callable[[DueDelivery, AttemptDone], None]
-"""Starts an attempt elsewhere (herald.workers) and calls back once, with its outcome."""
 
 
 class Dispatcher:
@@ -471,7 +455,7 @@ class Dispatcher:
 
     async def _attempt_here(self, item: DueDelivery) -> None:
         try:
-            outcome = await self.attempt(item)
+            outcome = await attempt(self._catalog, self._policy, item)
         except BaseException as exc:  # cancelled at shutdown, or a bug of ours
             self._done(item, exc)
             raise
@@ -530,64 +514,6 @@ class Dispatcher:
         # delivery's end frees no global room: the parked count fell with the total).
         if left == self._enough - 1 or self._total - self._parked == lim.max_concurrency * 2 - 1:
             self._slot.set()
-
-    async def attempt(self, item: DueDelivery) -> tuple[AttemptRecord, str]:
-        """Run one attempt of ``item`` and build its record (also used by test pings)."""
-        number = item.attempt_count + 1
-        entry = self._catalog.get(item.destination_id)
-        started = time.time()
-        t0 = time.perf_counter()
-        type_id = entry.dest.type if entry is not None else "unknown"
-        if entry is None:
-            result = Result.permanent("destination no longer exists")
-        elif entry.config is None:
-            result = Result.permanent(f"stored destination config is invalid: {entry.error}")
-        else:
-            try:
-                async with asyncio.timeout(entry.adapter.timeout):
-                    result = await entry.adapter.deliver(entry.dest, entry.config, item.event)
-            except TimeoutError:
-                result = Result(
-                    Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
-                )
-            except Exception as exc:  # an adapter bug must not kill the engine
-                log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
-                result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
-        duration_ms = (time.perf_counter() - t0) * 1000
-        attempt = Attempt(
-            id=new_id("att_"),
-            delivery_id=item.id,
-            number=number,
-            started_at=started,
-            duration_ms=round(duration_ms, 3),
-            outcome=result.outcome,
-            response_status=result.status,
-            error=result.error,
-            response_excerpt=result.excerpt,
-        )
-        if result.outcome is Outcome.SUCCESS:
-            activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
-            record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
-        else:
-            nxt = self._policy.next_attempt_at(
-                failed_attempt=number,
-                max_attempts=item.max_attempts,
-                now=time.time(),
-                retry_after=result.retry_after,
-            )
-            status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
-            record = AttemptRecord(attempt, status, nxt)
-        if debug_enabled():
-            log.debug(
-                "attempt",
-                delivery_id=item.id,
-                event_id=item.event.id,
-                destination_id=item.destination_id,
-                attempt=number,
-                outcome=result.outcome.value,
-                status=result.status,
-            )
-        return record, type_id
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
         """Keep the leases of claimed deliveries alive while they wait, run or wait to be

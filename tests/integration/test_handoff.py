@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from herald.dispatch import AttemptDone, Dispatcher, Room
+from herald.attempt import AttemptDone
+from herald.dispatch import Dispatcher, Room
 from herald.ids import new_id
 from herald.model import (
     DeliveryKind,
