@@ -23,6 +23,7 @@ import structlog
 from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
 from herald.catalog import Catalog
 from herald.errors import StorageError
+from herald.floor import Claims
 from herald.model import AttemptRecord, DueDelivery
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
@@ -56,7 +57,7 @@ class Room:
     outstanding: dict[str, int]
     """A copy of the dispatcher's per-destination counts, counted up as we take."""
     cap: int
-    """Also where a claim starts to skip a destination (``Dispatcher._enough``)."""
+    """Also where a claim starts to skip a destination (``Claims.enough``)."""
 
     def claimable(self, destination_id: str) -> bool:
         """Whether a claim would take a delivery of this destination left in the table."""
@@ -69,22 +70,6 @@ class Room:
         self.outstanding[destination_id] = n + 1
         self.free -= 1
         return True
-
-
-DUE_FLOOR_SECONDS = 2.0
-"""How long claims may skip the due deliveries they found to be all of saturated
-destinations (see ``Dispatcher._claim_due``) before one scans from the oldest again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Floor:
-    """What a claim learnt: every due delivery older than ``due_since`` that it did not
-    take is of a destination in ``excluded`` (it reads them in due order)."""
-
-    due_since: float
-    excluded: frozenset[str]
-    until: float
-    """``time.monotonic()`` after which the next claim scans everything again."""
 
 
 UNWRITTEN_FACTOR = 4
@@ -130,10 +115,14 @@ class Dispatcher:
         self._done_cb: AttemptDone = self._done
         self._wake = asyncio.Event()
         self._slot = asyncio.Event()
-        # A claim skips destinations with this many outstanding: the most a claim or a
-        # relay batch gives one (more than it can run: its next ones wait in memory).
-        self._enough = max(limits.max_per_destination, limits.claim_batch)
-        self._floor: _Floor | None = None
+        self._claims = Claims(
+            store,
+            owner=owner,
+            lease_seconds=limits.lease_seconds,
+            max_per_destination=limits.max_per_destination,
+            claim_batch=limits.claim_batch,
+        )
+        self._enough = self._claims.enough
         # Claimed and not yet recorded, per destination and in all (running or waiting).
         self._outstanding: Counter[str] = Counter()
         self._total = 0
@@ -235,7 +224,7 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=True)
                 continue
             want = min(free, lim.claim_batch)
-            saturated = [d for d, n in self._outstanding.items() if n >= self._enough]
+            saturated = self._claims.saturated(self._outstanding)
             # Claims are transactional: a failed one leased nothing, so it is retried
             # as it is (a retry only ever asks for less than there is room for). The
             # retry waits out its backoff: wake-ups that keep coming while the database
@@ -246,7 +235,7 @@ class Dispatcher:
                 sleep=functools.partial(self._sleep, stop, slot=False, wake=False),
                 until=stop.is_set,
             )
-            due = await retrying(functools.partial(self._claim_due, want, saturated))
+            due = await retrying(functools.partial(self._claims.claim, want, saturated))
             if due is None:
                 continue  # stopping
             await self._start(due)
@@ -265,46 +254,10 @@ class Dispatcher:
             else:
                 await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
 
-    async def _claim_due(self, want: int, saturated: list[str]) -> list[DueDelivery]:
-        """Claim what is due, skipping ``saturated`` destinations.
-
-        Their due deliveries come first in due order (they wait there while the
-        destination is busy), and a claim read past them every time: a slow
-        destination's backlog of 20,000 made each claim 1.3 ms longer. A claim that
-        skipped some tells us that every due delivery older than the first it took is
-        theirs; while they stay saturated (and for ``DUE_FLOOR_SECONDS`` at most, a
-        bound on what a peer's locked rows or clock could hide), the next claims start
-        there. Anything else that makes old deliveries due again clears it
-        (:meth:`rescan`); new ones are due from now on, past it.
-        """
-        now = time.time()
-        excluded = frozenset(saturated)
-        floor = self._floor
-        if floor is not None and not (
-            excluded >= floor.excluded and time.monotonic() < floor.until
-        ):
-            floor = None
-        due = await self._store.claim_due(
-            now=now,
-            limit=want,
-            owner=self.owner,
-            lease_until=now + self._limits.lease_seconds,
-            exclude_destinations=saturated,
-            due_since=None if floor is None else floor.due_since,
-        )
-        if not excluded:
-            self._floor = None
-        elif due:
-            until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
-            self._floor = _Floor(min(d.due_at for d in due), excluded, until)
-        else:
-            self._floor = floor
-        return due
-
     def rescan(self) -> None:
         """Deliveries that were due earlier may be due now (destinations activated or
         changed, deliveries re-queued): the next claim reads from the oldest again."""
-        self._floor = None
+        self._claims.rescan()
         self._wake.set()
 
     def _claim_trouble(self, exc: StorageError, delay: float) -> None:
