@@ -267,7 +267,7 @@ class Daemon:
             on_batch=on_batch,
             # New deliveries go straight to this instance's dispatcher, leased in the
             # relay's transaction, as far as it has room (herald.outbox).
-            handoff=dispatcher,
+            handoff=dispatcher.handover,
         )
         metrics.track_inflight(lambda: dispatcher.inflight)
 

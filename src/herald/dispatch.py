@@ -24,6 +24,7 @@ from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
+from herald.handover import Handover
 from herald.model import AttemptRecord, DueDelivery
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
@@ -40,36 +41,6 @@ class Limits:
     lease_seconds: float = 300.0
     idle_poll: float = 1.0
     shutdown_grace: float = 10.0
-
-
-@dataclass(slots=True)
-class Room:
-    """What the dispatcher takes from one relay batch as it is written: deliveries
-    stored already leased to it and started at once, without a claim query.
-
-    The budget of a claim: the global free slots, and per destination no more
-    outstanding than one claim can bring it to (``cap``); the rest wait in the
-    table for a claim, by this instance or another."""
-
-    owner: str
-    lease_until: float
-    free: int
-    outstanding: dict[str, int]
-    """A copy of the dispatcher's per-destination counts, counted up as we take."""
-    cap: int
-    """Also where a claim starts to skip a destination (``Claims.enough``)."""
-
-    def claimable(self, destination_id: str) -> bool:
-        """Whether a claim would take a delivery of this destination left in the table."""
-        return self.outstanding.get(destination_id, 0) < self.cap
-
-    def take(self, destination_id: str) -> bool:
-        n = self.outstanding.get(destination_id, 0)
-        if self.free <= 0 or n >= self.cap:
-            return False
-        self.outstanding[destination_id] = n + 1
-        self.free -= 1
-        return True
 
 
 UNWRITTEN_FACTOR = 4
@@ -129,6 +100,15 @@ class Dispatcher:
         self._parked = 0
         """Of ``_total``, those beyond their destination's ``max_per_destination``: they
         wait behind their own destination and take none of the global budget."""
+        # New deliveries the relay stores leased to us (herald.handover), within our room.
+        self.handover = Handover(
+            owner,
+            lease_seconds=limits.lease_seconds,
+            cap=self._enough,
+            free=self._free,
+            outstanding=self._outstanding,
+            launch=self._launch,
+        )
         self._idle = asyncio.Event()
         self._idle.set()
         # Running attempts, in all and per destination, and the two waiting queues.
@@ -149,7 +129,6 @@ class Dispatcher:
         self.recorder = Recorder(store, on_flush=self._flushed)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
-        self._accepting = False
         self._claim_error: str | None = None
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -197,12 +176,12 @@ class Dispatcher:
         recorder = asyncio.create_task(self.recorder.run(recorder_stop), name="herald-recorder")
         self._recorder_task = recorder
         renewer = asyncio.create_task(self._renew_leases(stop), name="herald-lease-renewal")
-        self._accepting = True
+        self.handover.open = True
         try:
             await self._loop(stop)
         finally:
             self.running = False
-            self._accepting = False  # what the relay leases from now on, it releases
+            self.handover.open = False  # what the relay leases from now on, it releases
             await self._drain()
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
@@ -269,31 +248,6 @@ class Dispatcher:
         # Deliveries parked behind their own destination's limit do not use the
         # global budget: a slow destination's backlog must not stall the others.
         return self._limits.max_concurrency * 2 - (self._total - self._parked)
-
-    def room(self) -> Room | None:
-        """The relay asks before a batch: how many of its deliveries to lease to us."""
-        if not self._accepting:
-            return None
-        free = self._free()
-        if free <= 0:
-            return None
-        lim = self._limits
-        # A claim takes up to claim_batch for a destination below its own limit.
-        return Room(
-            self.owner,
-            time.time() + lim.lease_seconds,
-            free,
-            dict(self._outstanding),
-            self._enough,
-        )
-
-    def adopt(self, due: list[DueDelivery]) -> bool:
-        """Start deliveries the relay stored leased to us. False once we stop taking
-        work: their leases are the relay's to release."""
-        if not self._accepting:
-            return False
-        self._launch(due)
-        return True
 
     async def _sleep(
         self, stop: asyncio.Event, timeout: float, *, slot: bool, wake: bool = True
