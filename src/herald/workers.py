@@ -56,6 +56,7 @@ from herald.model import (
     Event,
 )
 from herald.store.rows import attempt_from_row, attempt_to_row
+from herald.wiring import components
 
 log = structlog.get_logger("herald.workers")
 
@@ -146,8 +147,6 @@ class LineBatcher:
 # --- the child ----------------------------------------------------------------------------
 async def serve_worker(settings: Settings) -> int:
     """``herald worker``: make the attempts the parent sends until its input ends."""
-    from herald.app import components
-
     loop = asyncio.get_running_loop()
     # The parent decides when to stop (it closes our input once its attempts are back):
     # signals sent to the whole group (Ctrl-C, a supervisor) must not cut attempts short.
