@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -14,21 +16,14 @@ from aiohttp import web
 
 from herald import __version__
 from herald.api import ops, v2
+from herald.api.ops import ReadinessCheck
 from herald.config import Settings
 from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
 from herald.metrics import Metrics
-from herald.model import (
-    AttemptRecord,
-    DeliveryKind,
-    DeliveryStatus,
-    DueDelivery,
-    Instance,
-    Outcome,
-    RelayPlan,
-)
+from herald.model import Instance
 from herald.outbox import Relay
 from herald.service import DestinationService
 from herald.systemd import Notifier
@@ -38,6 +33,23 @@ from herald.workers import Forked, WorkerPool, run_dispatcher
 log = structlog.get_logger("herald")
 
 READINESS_TIMEOUT = 2.0
+
+
+@dataclass(slots=True)
+class _Parts:
+    """What one daemon runs, as :meth:`Daemon._wire` connects it."""
+
+    comp: Components
+    dispatcher: Dispatcher
+    relay: Relay
+    pool: WorkerPool | None
+
+    def changed(self) -> None:
+        """Destinations or deliveries changed in this process: every part looks again."""
+        if self.pool is not None:
+            self.pool.changed()
+        self.dispatcher.rescan()
+        self.relay.wake()
 
 
 class Daemon:
@@ -80,53 +92,46 @@ class Daemon:
                 lock.release()
 
     async def _serve(self, comp: Components) -> int:
+        parts = self._wire(comp)
+        await self._recover(comp)
+        await comp.catalog.refresh(force=True)
+        expected_schema = await comp.store.schema_version()
+        await self._beat(comp, parts.dispatcher, first=True)
+        if parts.pool is not None:
+            # Before the API and the relay: no attempt waits for a child's start-up.
+            await parts.pool.start()
+        runner = await self._listen(
+            parts, functools.partial(self._problems, parts, expected_schema)
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._reload)
+        settle_after_startup()
+        try:
+            await self._run(parts)
+            await self._unregister(comp)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            await runner.cleanup()
+            log.info("herald_stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    def _wire(self, comp: Components) -> _Parts:
+        """The dispatcher, its attempt processes, the relay that feeds it, and a service
+        that tells them all about changes."""
         s = self.settings
-        d = s.delivery
-        metrics = self.metrics
-        limits = delivery_limits(s)
-
-        def on_attempt(type_id: str, record: AttemptRecord, item: DueDelivery) -> None:
-            attempt = record.attempt
-            final = None if record.status is DeliveryStatus.PENDING else record.status.value
-            latency = None
-            if attempt.outcome is Outcome.SUCCESS and item.kind is DeliveryKind.EVENT:
-                latency = attempt.started_at + attempt.duration_ms / 1000 - item.event.created_ts
-            metrics.attempts.observe(
-                destination_type=type_id,
-                destination_id=item.destination_id,
-                outcome=attempt.outcome.value,
-                duration=attempt.duration_ms / 1000,
-                final_status=final if item.kind is DeliveryKind.EVENT else None,
-                latency=latency,
-            )
-            if attempt.outcome is not Outcome.SUCCESS:
-                log.info(
-                    "attempt_failed",
-                    delivery_id=item.id,
-                    event_id=item.event.id,
-                    destination_id=item.destination_id,
-                    attempt=attempt.number,
-                    outcome=attempt.outcome.value,
-                    response_status=attempt.response_status,
-                    error=attempt.error,
-                    next_attempt_at=record.next_attempt_at,
-                )
-
-        def on_batch(plan: RelayPlan) -> None:
-            metrics.ingested(len(plan.events))
-            for rejection in plan.rejected:
-                metrics.rejected(rejection.reason)
-
         pool = None
-        if d.worker_processes > 1:
+        if s.delivery.worker_processes > 1:
             pool = WorkerPool(s, config_path=self.config_path, forked=self.forked)
         dispatcher = Dispatcher(
             comp.store,
             comp.catalog,
             comp.policy,
-            limits,
+            delivery_limits(s),
             owner=self.owner,
-            on_attempt=on_attempt,
+            on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,
         )
         relay = Relay(
@@ -137,65 +142,57 @@ class Daemon:
             poll_interval=s.relay.poll_interval_seconds,
             max_payload_bytes=s.relay.max_payload_bytes,
             on_deliveries=dispatcher.wake,
-            on_batch=on_batch,
+            on_batch=self.metrics.relayed,
             # New deliveries go straight to this instance's dispatcher, leased in the
-            # relay's transaction, as far as it has room (herald.outbox).
+            # relay's transaction, as far as it has room (herald.handover).
             handoff=dispatcher.handover,
         )
-        metrics.track_inflight(lambda: dispatcher.inflight)
-
-        def changed() -> None:
-            if pool is not None:
-                pool.changed()
-            dispatcher.rescan()
-            relay.wake()
-
+        self.metrics.track_inflight(lambda: dispatcher.inflight)
+        parts = _Parts(comp, dispatcher, relay, pool)
         comp.service = DestinationService(
-            comp.store,
-            comp.registry,
-            comp.policy,
-            catalog=comp.catalog,
-            on_change=changed,
+            comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
         )
-        if s.database.sqlite_path is not None:
+        return parts
+
+    async def _recover(self, comp: Components) -> None:
+        if self.settings.database.sqlite_path is not None:
             # Single instance: any lease or instance row left behind is a previous run's.
             now = time.time()
             await comp.store.reap_instances(stale_before=now, now=now)
             released = await comp.store.release_leases(owner=None, now=now)
             if released:
                 log.info("recovered_inflight_deliveries", count=released)
-        await comp.catalog.refresh(force=True)
-        expected_schema = await comp.store.schema_version()
-        await self._beat(comp, dispatcher, first=True)
 
-        async def readiness() -> dict[str, str]:
-            problems: dict[str, str] = {}
-            try:
-                async with asyncio.timeout(READINESS_TIMEOUT):
-                    await comp.store.ping()
-                    if await comp.store.schema_version() < expected_schema:
-                        problems["migrations"] = "schema is behind this Herald"
-            except TimeoutError:
-                problems["database"] = f"no answer within {READINESS_TIMEOUT:g} s"
-            except StorageError as exc:
-                problems["database"] = exc.message
-            if not relay.running:
-                problems["relay"] = "not running"
-            elif relay.storage_error is not None:
-                # Reads can work while writes fail (disk full, read-only database).
-                problems["relay"] = f"cannot write to the database: {relay.storage_error}"
-            if not dispatcher.running:
-                problems["workers"] = "not running"
-            elif dispatcher.storage_error is not None:
-                problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
-            return problems
+    async def _problems(self, parts: _Parts, expected_schema: int) -> dict[str, str]:
+        """/readyz: what keeps this instance from doing its work, by component."""
+        store, relay, dispatcher = parts.comp.store, parts.relay, parts.dispatcher
+        problems: dict[str, str] = {}
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT):
+                await store.ping()
+                if await store.schema_version() < expected_schema:
+                    problems["migrations"] = "schema is behind this Herald"
+        except TimeoutError:
+            problems["database"] = f"no answer within {READINESS_TIMEOUT:g} s"
+        except StorageError as exc:
+            problems["database"] = exc.message
+        if not relay.running:
+            problems["relay"] = "not running"
+        elif relay.storage_error is not None:
+            # Reads can work while writes fail (disk full, read-only database).
+            problems["relay"] = f"cannot write to the database: {relay.storage_error}"
+        if not dispatcher.running:
+            problems["workers"] = "not running"
+        elif dispatcher.storage_error is not None:
+            problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
+        return problems
 
-        if pool is not None:
-            # Before the API and the relay: no attempt waits for a child's start-up.
-            await pool.start()
+    async def _listen(self, parts: _Parts, readiness: ReadinessCheck) -> web.AppRunner:
+        """Serve the API; a port that cannot be had stops the start (and the children)."""
+        s = self.settings
         app = web.Application(client_max_size=s.api.max_body_bytes)
-        ops.add_routes(app, readiness=readiness, metrics=metrics)
-        v2.setup(app, comp.service, settings=s, cursor_key=self.key, wake=changed)
+        ops.add_routes(app, readiness=readiness, metrics=self.metrics)
+        v2.setup(app, parts.comp.service, settings=s, cursor_key=self.key, wake=parts.changed)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)
@@ -203,21 +200,20 @@ class Daemon:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            if pool is not None:
-                await pool.stop()
+            if parts.pool is not None:
+                await parts.pool.stop()
             raise ConfigError(
                 f"api.listen: cannot listen on {s.api.listen}: {exc.strerror}"
             ) from exc
+        return runner
 
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_signal_handler(signal.SIGHUP, self._reload)
-        settle_after_startup()
+    async def _run(self, parts: _Parts) -> None:
+        """Run the parts until a signal or the first of them to end; then stop them all."""
+        comp, relay, dispatcher = parts.comp, parts.relay, parts.dispatcher
         tasks = [
             asyncio.create_task(relay.run(self.stop), name="herald-relay"),
             asyncio.create_task(
-                run_dispatcher(dispatcher, pool, self.stop), name="herald-dispatcher"
+                run_dispatcher(dispatcher, parts.pool, self.stop), name="herald-dispatcher"
             ),
         ]
         side = [
@@ -228,6 +224,7 @@ class Daemon:
             asyncio.create_task(self._retention(comp), name="herald-retention"),
             asyncio.create_task(self._heartbeat(comp, dispatcher), name="herald-heartbeat"),
         ]
+        s = self.settings
         log.info(
             "herald_started",
             listen=s.api.listen,
@@ -236,62 +233,50 @@ class Daemon:
             pid=os.getpid(),
         )
         self.notifier.ready(f"serving on {s.api.listen}")
+        done, _ = await asyncio.wait(
+            [*tasks, *side, asyncio.ensure_future(self.stop.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        for task in [*tasks, *side]:
+            if task in done and not self.stop.is_set():
+                # A side task must never die quietly and leave a zombie daemon.
+                log.error("task_died", task=task.get_name(), error=repr(task.exception()))
+                self.exit_code = 1
+        self.stop.set()
+        self.notifier.stopping()
+        for task in side:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*side, return_exceptions=True)
+        for task, result in zip(tasks, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                error = result.message if isinstance(result, HeraldError) else repr(result)
+                log.error("task_failed", task=task.get_name(), error=error)
+                self.exit_code = 1
+
+    async def _unregister(self, comp: Components) -> None:
         try:
-            done, _ = await asyncio.wait(
-                [*tasks, *side, asyncio.ensure_future(self.stop.wait())],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            for task in [*tasks, *side]:
-                if task in done and not self.stop.is_set():
-                    # A side task must never die quietly and leave a zombie daemon.
-                    died = task.exception()
-                    log.error("task_died", task=task.get_name(), error=repr(died))
-                    self.exit_code = 1
-            self.stop.set()
-            self.notifier.stopping()
-            for task in side:
-                task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.gather(*side, return_exceptions=True)
-            for task, result in zip(tasks, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, asyncio.CancelledError
-                ):
-                    log.error(
-                        "task_failed",
-                        task=task.get_name(),
-                        error=result.message if isinstance(result, HeraldError) else repr(result),
-                    )
-                    self.exit_code = 1
-            try:
-                # The dispatcher released its leases when it stopped; the relay's last
-                # batch may have leased more to it after that (herald.outbox: handoff).
-                released = await comp.store.release_leases(owner=self.owner, now=time.time())
-                if released:
-                    log.info("unfinished_deliveries_released", count=released)
-                # Nothing is left to reap.
-                await comp.store.remove_instance(self.owner)
-            except StorageError as exc:
-                log.warning("instance_unregister_failed", error=exc.message)
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
-            await runner.cleanup()
-            log.info("herald_stopped", exit_code=self.exit_code)
-        return self.exit_code
+            # The dispatcher released its leases when it stopped; the relay's last
+            # batch may have leased more to it after that (herald.handover).
+            released = await comp.store.release_leases(owner=self.owner, now=time.time())
+            if released:
+                log.info("unfinished_deliveries_released", count=released)
+            # Nothing is left to reap.
+            await comp.store.remove_instance(self.owner)
+        except StorageError as exc:
+            log.warning("instance_unregister_failed", error=exc.message)
 
     async def _refresh_gauges(self, comp: Components, relay: Relay, dispatcher: Dispatcher) -> None:
         """Database-backed gauges on an interval, so a scrape never costs a query."""
         interval = self.settings.metrics.refresh_seconds
         while not self.stop.is_set():
-            self.metrics.component("relay", relay.running)
-            self.metrics.component("workers", dispatcher.running)
+            self.metrics.components_checked(relay=relay.running, workers=dispatcher.running)
             try:
                 now = time.time()
                 pending, oldest = await comp.store.outbox_stats()
-                self.metrics.set_outbox(pending, 0.0 if oldest is None else max(now - oldest, 0.0))
-                self.metrics.set_pending(await comp.store.delivery_counts(now=now))
-                self.metrics.set_destinations(await comp.store.destination_counts())
+                self.metrics.outbox_counted(pending, oldest, now=now)
+                self.metrics.pending_counted(await comp.store.delivery_counts(now=now))
+                self.metrics.destinations_counted(await comp.store.destination_counts())
             except StorageError as exc:
                 self.metrics.storage_error("refresh_gauges")
                 log.warning("gauge_refresh_failed", error=exc.message)
@@ -327,10 +312,9 @@ class Daemon:
         for instance_id, released in reaped.items():
             log.warning("instance_presumed_dead", instance=instance_id, released=released)
         if reaped:
-            self.metrics.reaped(len(reaped), sum(reaped.values()))
+            self.metrics.reaped(reaped)
             dispatcher.rescan()
-        live = sum(1 for i in instances if now - i.heartbeat_at <= d.instance_timeout_seconds)
-        self.metrics.set_instances(live)
+        self.metrics.instances_seen(instances, now=now, timeout=d.instance_timeout_seconds)
 
     async def _retention(self, comp: Components) -> None:
         """Delete finished history older than ``retention.days``, a batch at a time."""

@@ -25,7 +25,7 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
-from herald.model import AttemptRecord, DueDelivery
+from herald.model import AttemptRecord, DueDelivery, Outcome
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import Store
@@ -329,6 +329,8 @@ class Dispatcher:
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
+                if record.attempt.outcome is not Outcome.SUCCESS:
+                    _log_failure(record, item)
         finally:
             self._release(item)
 
@@ -448,3 +450,20 @@ class Dispatcher:
             return
         if released:
             log.info("unfinished_deliveries_released", count=released)
+
+
+def _log_failure(record: AttemptRecord, item: DueDelivery) -> None:
+    # Here, in the process that records it: an attempt made in a worker process has
+    # its outcome logged once, with the parent's log.
+    attempt = record.attempt
+    log.info(
+        "attempt_failed",
+        delivery_id=item.id,
+        event_id=item.event.id,
+        destination_id=item.destination_id,
+        attempt=attempt.number,
+        outcome=attempt.outcome.value,
+        response_status=attempt.response_status,
+        error=attempt.error,
+        next_attempt_at=record.next_attempt_at,
+    )
