@@ -129,7 +129,7 @@ class Daemon:
             comp.store,
             comp.catalog,
             comp.policy,
-            delivery_limits(s),
+            delivery_limits(s.delivery),
             owner=self.owner,
             on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,

@@ -79,6 +79,9 @@ class Dispatcher:
         self._catalog = catalog
         self._policy = policy
         self._limits = limits
+        # The two limits read at every start and end of an attempt, looked up once.
+        self._max_concurrency = limits.max_concurrency
+        self._per_cap = limits.max_per_destination
         self.owner = owner
         self._on_attempt = on_attempt
         # Where attempts run: here, a task each, or in worker processes (herald.workers).
@@ -163,7 +166,7 @@ class Dispatcher:
         attempts are what a crash sends again, and what a database outage holds in
         memory: when the database stalls or goes away, new attempts wait for it instead
         of that window growing with the stall."""
-        limit = self._limits.max_concurrency
+        limit = self._max_concurrency
         return self._running < limit and self.recorder.unwritten < UNWRITTEN_FACTOR * limit
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -247,7 +250,7 @@ class Dispatcher:
         """Deliveries this dispatcher can take on now."""
         # Deliveries parked behind their own destination's limit do not use the
         # global budget: a slow destination's backlog must not stall the others.
-        return self._limits.max_concurrency * 2 - (self._total - self._parked)
+        return self._max_concurrency * 2 - (self._total - self._parked)
 
     async def _sleep(
         self, stop: asyncio.Event, timeout: float, *, slot: bool, wake: bool = True
@@ -271,7 +274,7 @@ class Dispatcher:
     def _launch(self, due: list[DueDelivery]) -> None:
         if due:
             self._idle.clear()
-        per_cap = self._limits.max_per_destination
+        per_cap = self._per_cap
         for item in due:
             if item.id in self._claimed or item.id in self._recording:
                 # Claimed again while still ours (its lease ran out while the database
@@ -335,7 +338,6 @@ class Dispatcher:
             self._release(item)
 
     def _release(self, item: DueDelivery) -> None:
-        lim = self._limits
         dest = item.destination_id
         self._claimed.discard(item.id)
         left = self._outstanding[dest] - 1
@@ -343,7 +345,7 @@ class Dispatcher:
             del self._outstanding[dest]
         else:
             self._outstanding[dest] = left
-        if left >= lim.max_per_destination:
+        if left >= self._per_cap:
             self._parked -= 1
         self._total -= 1
         self._running -= 1
@@ -367,7 +369,7 @@ class Dispatcher:
         # Wake the claim loop only when this completion makes room it can use: its
         # destination stops being saturated, or the global budget reopens (a parked
         # delivery's end frees no global room: the parked count fell with the total).
-        if left == self._enough - 1 or self._total - self._parked == lim.max_concurrency * 2 - 1:
+        if left == self._enough - 1 or self._total - self._parked == self._max_concurrency * 2 - 1:
             self._slot.set()
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
@@ -425,7 +427,7 @@ class Dispatcher:
             queued.extend(held)
         self._ready.clear()
         self._held.clear()
-        per_cap = self._limits.max_per_destination
+        per_cap = self._per_cap
         for item in queued:
             self._claimed.discard(item.id)
             dest = item.destination_id

@@ -48,31 +48,22 @@ class Room:
         return True
 
 
+@dataclass
 class Handover:
     """The dispatcher's side: the room it has for a batch, and the door through which
     the deliveries leased to it come in."""
 
-    def __init__(
-        self,
-        owner: str,
-        *,
-        lease_seconds: float,
-        cap: int,
-        free: Callable[[], int],
-        outstanding: Mapping[str, int],
-        launch: Callable[[list[DueDelivery]], None],
-    ) -> None:
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.cap = cap
-        self.free = free
-        """Deliveries the dispatcher can take on now."""
-        self.outstanding = outstanding
-        """The dispatcher's live per-destination counts (copied into each room)."""
-        self.launch = launch
-        self.open = False
-        """The dispatcher runs and takes work: what is leased to it once it stops is
-        released by the daemon (herald.app)."""
+    owner: str
+    lease_seconds: float
+    cap: int
+    free: Callable[[], int]
+    """Deliveries the dispatcher can take on now."""
+    outstanding: Mapping[str, int]
+    """The dispatcher's live per-destination counts (copied into each room)."""
+    launch: Callable[[list[DueDelivery]], None]
+    open: bool = False
+    """The dispatcher runs and takes work: what is leased to it once it stops is
+    released by the daemon (herald.app)."""
 
     def room(self) -> Room | None:
         """The relay asks before a batch: how many of its deliveries to lease to us."""

@@ -19,7 +19,7 @@ from typing import IO
 from herald.adapters.base import AdapterContext
 from herald.adapters.registry import Registry
 from herald.catalog import Catalog
-from herald.config import Settings
+from herald.config import DeliverySettings, Settings
 from herald.crypto import SecretBox, load_or_create_key_file, parse_key
 from herald.dispatch import Limits
 from herald.egress import EgressPolicy
@@ -70,8 +70,7 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     )
 
 
-def delivery_limits(settings: Settings) -> Limits:
-    d = settings.delivery
+def delivery_limits(d: DeliverySettings) -> Limits:
     return Limits(
         max_concurrency=d.max_concurrency,
         max_per_destination=d.max_per_destination,
