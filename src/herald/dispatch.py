@@ -1,12 +1,12 @@
-"""Delivery workers: claim due deliveries, attempt them concurrently, record outcomes.
+"""Delivery scheduling: which claimed or handed-over delivery runs when, within the limits.
 
 Concurrency is bounded globally and per destination, so one slow or dead
 destination holds at most ``max_per_destination`` of the global slots while
-the others keep flowing. Outcomes are written in batches by one writer task;
-an outcome that cannot be written is retried, never dropped. The loop never
-busy-polls: it sleeps until the next due time, a wake-up from the relay or a
-finished attempt, or the idle poll that notices changes made by other
-processes.
+the others keep flowing. The loop never busy-polls: it sleeps until the next due
+time, a wake-up from the relay or a finished attempt, or the idle poll that
+notices changes made by other processes. What a claim asks for lives in
+herald.floor, the attempt in herald.attempt, the writing of outcomes in
+herald.recorder, the relay's hand-over in herald.handover.
 """
 
 from __future__ import annotations
