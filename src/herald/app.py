@@ -209,27 +209,13 @@ class Daemon:
 
     async def _run(self, parts: _Parts) -> None:
         """Run the parts until a signal or the first of them to end; then stop them all."""
-        comp, relay, dispatcher = parts.comp, parts.relay, parts.dispatcher
-        tasks = [
-            asyncio.create_task(relay.run(self.stop), name="herald-relay"),
-            asyncio.create_task(
-                run_dispatcher(dispatcher, parts.pool, self.stop), name="herald-dispatcher"
-            ),
-        ]
-        side = [
-            asyncio.create_task(
-                self._refresh_gauges(comp, relay, dispatcher), name="herald-gauges"
-            ),
-            asyncio.create_task(self._watchdog(relay, dispatcher), name="herald-watchdog"),
-            asyncio.create_task(self._retention(comp), name="herald-retention"),
-            asyncio.create_task(self._heartbeat(comp, dispatcher), name="herald-heartbeat"),
-        ]
+        tasks, side = self._start(parts)
         s = self.settings
         log.info(
             "herald_started",
             listen=s.api.listen,
             database=s.database.url.split("@")[-1],
-            destinations=len(comp.catalog),
+            destinations=len(parts.comp.catalog),
             pid=os.getpid(),
         )
         self.notifier.ready(f"serving on {s.api.listen}")
@@ -253,6 +239,25 @@ class Daemon:
                 error = result.message if isinstance(result, HeraldError) else repr(result)
                 log.error("task_failed", task=task.get_name(), error=error)
                 self.exit_code = 1
+
+    def _start(self, parts: _Parts) -> tuple[list[asyncio.Task[None]], list[asyncio.Task[None]]]:
+        """The tasks of the engine, and the side tasks that only serve it."""
+        comp, relay, dispatcher = parts.comp, parts.relay, parts.dispatcher
+        tasks = [
+            asyncio.create_task(relay.run(self.stop), name="herald-relay"),
+            asyncio.create_task(
+                run_dispatcher(dispatcher, parts.pool, self.stop), name="herald-dispatcher"
+            ),
+        ]
+        side = [
+            asyncio.create_task(
+                self._refresh_gauges(comp, relay, dispatcher), name="herald-gauges"
+            ),
+            asyncio.create_task(self._watchdog(relay, dispatcher), name="herald-watchdog"),
+            asyncio.create_task(self._retention(comp), name="herald-retention"),
+            asyncio.create_task(self._heartbeat(comp, dispatcher), name="herald-heartbeat"),
+        ]
+        return tasks, side
 
     async def _unregister(self, comp: Components) -> None:
         try:
