@@ -17,8 +17,8 @@ from bench.common import TENANT
 
 
 async def create_all(config: Path, bodies: list[dict[str, Any]]) -> list[str]:
-    from herald.app import components
     from herald.config import load_settings
+    from herald.wiring import components
 
     settings = load_settings(config)
     async with components(settings) as comp:

@@ -20,7 +20,7 @@ PostgreSQL then gets ``VACUUM ANALYZE`` (the bench server runs with autovacuum
 off; a production server would have done both); SQLite gets nothing, as Herald
 runs no ``ANALYZE`` on it.
 
-Then Herald's own code (``herald.app.components``) makes the calls whose SQL
+Then Herald's own code (``herald.wiring.components``) makes the calls whose SQL
 matters at this size, with the statements recorded at the driver (asyncpg's
 query logger; a recording wrapper around the SQLite store's connections):
 
@@ -79,9 +79,9 @@ from bench.common import (
 if TYPE_CHECKING:
     import asyncpg
 
-    from herald.app import Components
     from herald.config import Settings
     from herald.store import Store
+    from herald.wiring import Components
 
 NAME = "query_plans"
 HELP = "EXPLAIN the claim, listing, count and purge queries at 10,000,000 deliveries"
@@ -746,8 +746,8 @@ async def postgres_plans(
     """Migrate the empty database at ``url``, load ``shape``, capture and explain."""
     import asyncpg
 
-    from herald.app import components
     from herald.store.postgres import SESSION_SETTINGS
+    from herald.wiring import components
 
     settings = settings_for(url)
     async with components(settings):
@@ -799,7 +799,7 @@ async def sqlite_plans(
 ) -> tuple[Loaded, dict[str, Explained], dict[str, Any]]:
     """As :func:`postgres_plans` on a new SQLite file at ``path``; with ``budget``, a
     load projected to exceed it gives ``Loaded(0)`` and no plans."""
-    from herald.app import components
+    from herald.wiring import components
 
     settings = settings_for(f"sqlite:///{path}")
     async with components(settings):
@@ -996,7 +996,7 @@ def render_doc(result: dict[str, Any]) -> str:
         " edit.",
         "",
         "The SQL below is not copied from the code: the benchmark makes each call through"
-        " Herald's own store and service (`herald.app.components`), records at the driver the"
+        " Herald's own store and service (`herald.wiring.components`), records at the driver the"
         " statement the store sends and its parameters (asyncpg's query logger; a wrapper around"
         " the SQLite store's connections), then explains and times exactly that."
         " [tests/integration/test_query_plans.py](../tests/integration/test_query_plans.py)"

@@ -25,8 +25,8 @@ from typing import Any
 
 
 async def measure(config: Path, repeat: int) -> dict[str, dict[str, float]]:
-    from herald.app import components
     from herald.config import load_settings
+    from herald.wiring import components
 
     settings = load_settings(config)
     async with components(settings) as comp:

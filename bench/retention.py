@@ -23,7 +23,7 @@ verification delivery that is due at once).
 PostgreSQL then gets ``VACUUM ANALYZE`` (the bench server runs with autovacuum
 off; a production server would have analysed the tables); SQLite gets nothing,
 as Herald runs no ``ANALYZE`` itself. Then, through Herald's own store
-(``herald.app.components``), in one event loop as in ``herald run``:
+(``herald.wiring.components``), in one event loop as in ``herald run``:
 
 1. baseline: ``claim_due``, ``next_due_at`` and ``delivery_counts`` timed
    ``--repeat`` times each with nothing else running (as ``bench/querytime.py``);
@@ -859,8 +859,8 @@ async def measure(
     timeout: float,
     purge_timeout: float,
 ) -> PurgeRun:
-    from herald.app import components
     from herald.config import load_settings
+    from herald.wiring import components
 
     settings = load_settings(config)
     result = PurgeRun()

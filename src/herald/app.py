@@ -1,49 +1,33 @@
-"""Wiring: build the components of one Herald process and run them as a daemon."""
+"""The daemon: run the relay, the dispatcher and the HTTP server of one Herald process."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
+import functools
 import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import structlog
 from aiohttp import web
 
 from herald import __version__
-from herald.adapters.base import AdapterContext
-from herald.adapters.registry import Registry
 from herald.api import ops, v2
-from herald.catalog import Catalog
+from herald.api.ops import ReadinessCheck
 from herald.config import Settings
-from herald.crypto import SecretBox, load_or_create_key_file, parse_key
-from herald.dispatch import Dispatcher, Limits
-from herald.egress import EgressPolicy
+from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
 from herald.metrics import Metrics
-from herald.model import (
-    AttemptRecord,
-    DeliveryKind,
-    DeliveryStatus,
-    DueDelivery,
-    Instance,
-    Outcome,
-    RelayPlan,
-)
+from herald.model import Instance
 from herald.outbox import Relay
-from herald.retry import RetryPolicy
 from herald.service import DestinationService
-from herald.store import Store, make_store
 from herald.systemd import Notifier
+from herald.wiring import Components, InstanceLock, components, delivery_limits, encryption_key
 from herald.workers import Forked, WorkerPool, run_dispatcher
 
 log = structlog.get_logger("herald")
@@ -51,113 +35,21 @@ log = structlog.get_logger("herald")
 READINESS_TIMEOUT = 2.0
 
 
-def encryption_key(settings: Settings) -> bytes:
-    """The key for credentials at rest: configured, or generated beside the SQLite file."""
-    if settings.security.encryption_key is not None:
-        return parse_key(settings.security.encryption_key.get_secret_value())
-    path = settings.key_file()
-    if path is None:
-        raise ConfigError(
-            "security.encryption_key (or security.encryption_key_file) is required"
-            " when the database is not SQLite"
-        )
-    return load_or_create_key_file(path)
+@dataclass(slots=True)
+class _Parts:
+    """What one daemon runs, as :meth:`Daemon._wire` connects it."""
 
+    comp: Components
+    dispatcher: Dispatcher
+    relay: Relay
+    pool: WorkerPool | None
 
-def previous_keys(settings: Settings) -> list[bytes]:
-    """``security.previous_encryption_keys``: keys that only decrypt (after a rotation)."""
-    return [parse_key(k.get_secret_value()) for k in settings.security.previous_encryption_keys]
-
-
-def secret_box(settings: Settings) -> SecretBox:
-    """The box for credentials at rest: the current key, plus the previous ones to read."""
-    return SecretBox(encryption_key(settings), previous_keys(settings))
-
-
-def egress_policy(settings: Settings) -> EgressPolicy:
-    import ipaddress
-
-    return EgressPolicy(
-        allow_private=settings.security.allow_private_networks,
-        allowed_networks=tuple(
-            ipaddress.ip_network(c, strict=False) for c in settings.security.allowed_networks
-        ),
-    )
-
-
-def retry_policy(settings: Settings) -> RetryPolicy:
-    d = settings.delivery
-    return RetryPolicy(
-        base_seconds=d.backoff_base_seconds,
-        max_retries=d.max_retries,
-        retry_after_max_seconds=d.retry_after_max_seconds,
-    )
-
-
-@dataclass
-class Components:
-    settings: Settings
-    store: Store
-    registry: Registry
-    catalog: Catalog
-    policy: RetryPolicy
-    service: DestinationService
-
-
-@contextlib.asynccontextmanager
-async def components(settings: Settings) -> AsyncIterator[Components]:
-    """Open the store and build the service layer (for CLI commands and the daemon)."""
-    box = secret_box(settings)
-    store = make_store(settings, box)
-    await store.open()
-    registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
-    catalog = Catalog(store, registry)
-    policy = retry_policy(settings)
-    service = DestinationService(store, registry, policy, catalog=catalog)
-    try:
-        yield Components(settings, store, registry, catalog, policy, service)
-    finally:
-        await registry.close()
-        await store.close()
-
-
-class InstanceLock:
-    """SQLite is single-instance: a second ``herald run`` on the same file must refuse."""
-
-    def __init__(self, db_path: Path) -> None:
-        self.path = db_path.with_name(db_path.name + ".lock")
-        self._fh: IO[str] | None = None
-
-    def acquire(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fh = self.path.open("a+")
-        except OSError as exc:
-            # A read-only or full filesystem: say so instead of a traceback.
-            raise StorageError(
-                f"cannot open the instance lock {self.path}: {exc.strerror}"
-            ) from exc
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise ConfigError(
-                f"another herald run ({holder}) is already using {self.path.with_suffix('')};"
-                " SQLite allows one instance — use PostgreSQL to run several"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        fh.flush()
-        self._fh = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+    def changed(self) -> None:
+        """Destinations or deliveries changed in this process: every part looks again."""
+        if self.pool is not None:
+            self.pool.changed()
+        self.dispatcher.rescan()
+        self.relay.wake()
 
 
 class Daemon:
@@ -200,60 +92,46 @@ class Daemon:
                 lock.release()
 
     async def _serve(self, comp: Components) -> int:
-        s = self.settings
-        d = s.delivery
-        metrics = self.metrics
-        limits = Limits(
-            max_concurrency=d.max_concurrency,
-            max_per_destination=d.max_per_destination,
-            claim_batch=d.claim_batch_size,
-            lease_seconds=d.lease_seconds,
-            idle_poll=d.idle_poll_seconds,
-            shutdown_grace=d.shutdown_grace_seconds,
+        parts = self._wire(comp)
+        await self._recover(comp)
+        await comp.catalog.refresh(force=True)
+        expected_schema = await comp.store.schema_version()
+        await self._beat(comp, parts.dispatcher, first=True)
+        if parts.pool is not None:
+            # Before the API and the relay: no attempt waits for a child's start-up.
+            await parts.pool.start()
+        runner = await self._listen(
+            parts, functools.partial(self._problems, parts, expected_schema)
         )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._reload)
+        settle_after_startup()
+        try:
+            await self._run(parts)
+            await self._unregister(comp)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            await runner.cleanup()
+            log.info("herald_stopped", exit_code=self.exit_code)
+        return self.exit_code
 
-        def on_attempt(type_id: str, record: AttemptRecord, item: DueDelivery) -> None:
-            attempt = record.attempt
-            final = None if record.status is DeliveryStatus.PENDING else record.status.value
-            latency = None
-            if attempt.outcome is Outcome.SUCCESS and item.kind is DeliveryKind.EVENT:
-                latency = attempt.started_at + attempt.duration_ms / 1000 - item.event.created_ts
-            metrics.attempts.observe(
-                destination_type=type_id,
-                destination_id=item.destination_id,
-                outcome=attempt.outcome.value,
-                duration=attempt.duration_ms / 1000,
-                final_status=final if item.kind is DeliveryKind.EVENT else None,
-                latency=latency,
-            )
-            if attempt.outcome is not Outcome.SUCCESS:
-                log.info(
-                    "attempt_failed",
-                    delivery_id=item.id,
-                    event_id=item.event.id,
-                    destination_id=item.destination_id,
-                    attempt=attempt.number,
-                    outcome=attempt.outcome.value,
-                    response_status=attempt.response_status,
-                    error=attempt.error,
-                    next_attempt_at=record.next_attempt_at,
-                )
-
-        def on_batch(plan: RelayPlan) -> None:
-            metrics.ingested(len(plan.events))
-            for rejection in plan.rejected:
-                metrics.rejected(rejection.reason)
-
+    def _wire(self, comp: Components) -> _Parts:
+        """The dispatcher, its attempt processes, the relay that feeds it, and a service
+        that tells them all about changes."""
+        s = self.settings
         pool = None
-        if d.worker_processes > 1:
+        if s.delivery.worker_processes > 1:
             pool = WorkerPool(s, config_path=self.config_path, forked=self.forked)
         dispatcher = Dispatcher(
             comp.store,
             comp.catalog,
             comp.policy,
-            limits,
+            delivery_limits(s.delivery),
             owner=self.owner,
-            on_attempt=on_attempt,
+            on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,
         )
         relay = Relay(
@@ -264,66 +142,57 @@ class Daemon:
             poll_interval=s.relay.poll_interval_seconds,
             max_payload_bytes=s.relay.max_payload_bytes,
             on_deliveries=dispatcher.wake,
-            on_batch=on_batch,
+            on_batch=self.metrics.relayed,
             # New deliveries go straight to this instance's dispatcher, leased in the
-            # relay's transaction, as far as it has room (herald.outbox).
-            handoff=dispatcher,
+            # relay's transaction, as far as it has room (herald.handover).
+            handoff=dispatcher.handover,
         )
-        metrics.track_inflight(lambda: dispatcher.inflight)
-
-        def changed() -> None:
-            if pool is not None:
-                pool.changed()
-            dispatcher.rescan()
-            relay.wake()
-
+        self.metrics.track_inflight(lambda: dispatcher.inflight)
+        parts = _Parts(comp, dispatcher, relay, pool)
         comp.service = DestinationService(
-            comp.store,
-            comp.registry,
-            comp.policy,
-            catalog=comp.catalog,
-            dispatcher=dispatcher,
-            on_change=changed,
+            comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
         )
-        if s.database.sqlite_path is not None:
+        return parts
+
+    async def _recover(self, comp: Components) -> None:
+        if self.settings.database.sqlite_path is not None:
             # Single instance: any lease or instance row left behind is a previous run's.
             now = time.time()
             await comp.store.reap_instances(stale_before=now, now=now)
             released = await comp.store.release_leases(owner=None, now=now)
             if released:
                 log.info("recovered_inflight_deliveries", count=released)
-        await comp.catalog.refresh(force=True)
-        expected_schema = await comp.store.schema_version()
-        await self._beat(comp, dispatcher, first=True)
 
-        async def readiness() -> dict[str, str]:
-            problems: dict[str, str] = {}
-            try:
-                async with asyncio.timeout(READINESS_TIMEOUT):
-                    await comp.store.ping()
-                    if await comp.store.schema_version() < expected_schema:
-                        problems["migrations"] = "schema is behind this Herald"
-            except TimeoutError:
-                problems["database"] = f"no answer within {READINESS_TIMEOUT:g} s"
-            except StorageError as exc:
-                problems["database"] = exc.message
-            if not relay.running:
-                problems["relay"] = "not running"
-            elif relay.storage_error is not None:
-                # Reads can work while writes fail (disk full, read-only database).
-                problems["relay"] = f"cannot write to the database: {relay.storage_error}"
-            if not dispatcher.running:
-                problems["workers"] = "not running"
-            elif dispatcher.storage_error is not None:
-                problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
-            return problems
+    async def _problems(self, parts: _Parts, expected_schema: int) -> dict[str, str]:
+        """/readyz: what keeps this instance from doing its work, by component."""
+        store, relay, dispatcher = parts.comp.store, parts.relay, parts.dispatcher
+        problems: dict[str, str] = {}
+        try:
+            async with asyncio.timeout(READINESS_TIMEOUT):
+                await store.ping()
+                if await store.schema_version() < expected_schema:
+                    problems["migrations"] = "schema is behind this Herald"
+        except TimeoutError:
+            problems["database"] = f"no answer within {READINESS_TIMEOUT:g} s"
+        except StorageError as exc:
+            problems["database"] = exc.message
+        if not relay.running:
+            problems["relay"] = "not running"
+        elif relay.storage_error is not None:
+            # Reads can work while writes fail (disk full, read-only database).
+            problems["relay"] = f"cannot write to the database: {relay.storage_error}"
+        if not dispatcher.running:
+            problems["workers"] = "not running"
+        elif dispatcher.storage_error is not None:
+            problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
+        return problems
 
-        if pool is not None:
-            # Before the API and the relay: no attempt waits for a child's start-up.
-            await pool.start()
+    async def _listen(self, parts: _Parts, readiness: ReadinessCheck) -> web.AppRunner:
+        """Serve the API; a port that cannot be had stops the start (and the children)."""
+        s = self.settings
         app = web.Application(client_max_size=s.api.max_body_bytes)
-        ops.add_routes(app, readiness=readiness, metrics=metrics)
-        v2.setup(app, comp.service, settings=s, cursor_key=self.key, wake=changed)
+        ops.add_routes(app, readiness=readiness, metrics=self.metrics)
+        v2.setup(app, parts.comp.service, settings=s, cursor_key=self.key, wake=parts.changed)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)
@@ -331,21 +200,53 @@ class Daemon:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            if pool is not None:
-                await pool.stop()
+            if parts.pool is not None:
+                await parts.pool.stop()
             raise ConfigError(
                 f"api.listen: cannot listen on {s.api.listen}: {exc.strerror}"
             ) from exc
+        return runner
 
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-        loop.add_signal_handler(signal.SIGHUP, self._reload)
-        settle_after_startup()
+    async def _run(self, parts: _Parts) -> None:
+        """Run the parts until a signal or the first of them to end; then stop them all."""
+        tasks, side = self._start(parts)
+        s = self.settings
+        log.info(
+            "herald_started",
+            listen=s.api.listen,
+            database=s.database.url.split("@")[-1],
+            destinations=len(parts.comp.catalog),
+            pid=os.getpid(),
+        )
+        self.notifier.ready(f"serving on {s.api.listen}")
+        done, _ = await asyncio.wait(
+            [*tasks, *side, asyncio.ensure_future(self.stop.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        for task in [*tasks, *side]:
+            if task in done and not self.stop.is_set():
+                # A side task must never die quietly and leave a zombie daemon.
+                log.error("task_died", task=task.get_name(), error=repr(task.exception()))
+                self.exit_code = 1
+        self.stop.set()
+        self.notifier.stopping()
+        for task in side:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*side, return_exceptions=True)
+        for task, result in zip(tasks, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                error = result.message if isinstance(result, HeraldError) else repr(result)
+                log.error("task_failed", task=task.get_name(), error=error)
+                self.exit_code = 1
+
+    def _start(self, parts: _Parts) -> tuple[list[asyncio.Task[None]], list[asyncio.Task[None]]]:
+        """The tasks of the engine, and the side tasks that only serve it."""
+        comp, relay, dispatcher = parts.comp, parts.relay, parts.dispatcher
         tasks = [
             asyncio.create_task(relay.run(self.stop), name="herald-relay"),
             asyncio.create_task(
-                run_dispatcher(dispatcher, pool, self.stop), name="herald-dispatcher"
+                run_dispatcher(dispatcher, parts.pool, self.stop), name="herald-dispatcher"
             ),
         ]
         side = [
@@ -356,70 +257,31 @@ class Daemon:
             asyncio.create_task(self._retention(comp), name="herald-retention"),
             asyncio.create_task(self._heartbeat(comp, dispatcher), name="herald-heartbeat"),
         ]
-        log.info(
-            "herald_started",
-            listen=s.api.listen,
-            database=s.database.url.split("@")[-1],
-            destinations=len(comp.catalog),
-            pid=os.getpid(),
-        )
-        self.notifier.ready(f"serving on {s.api.listen}")
+        return tasks, side
+
+    async def _unregister(self, comp: Components) -> None:
         try:
-            done, _ = await asyncio.wait(
-                [*tasks, *side, asyncio.ensure_future(self.stop.wait())],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            for task in [*tasks, *side]:
-                if task in done and not self.stop.is_set():
-                    # A side task must never die quietly and leave a zombie daemon.
-                    died = task.exception()
-                    log.error("task_died", task=task.get_name(), error=repr(died))
-                    self.exit_code = 1
-            self.stop.set()
-            self.notifier.stopping()
-            for task in side:
-                task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.gather(*side, return_exceptions=True)
-            for task, result in zip(tasks, results, strict=True):
-                if isinstance(result, BaseException) and not isinstance(
-                    result, asyncio.CancelledError
-                ):
-                    log.error(
-                        "task_failed",
-                        task=task.get_name(),
-                        error=result.message if isinstance(result, HeraldError) else repr(result),
-                    )
-                    self.exit_code = 1
-            try:
-                # The dispatcher released its leases when it stopped; the relay's last
-                # batch may have leased more to it after that (herald.outbox: handoff).
-                released = await comp.store.release_leases(owner=self.owner, now=time.time())
-                if released:
-                    log.info("unfinished_deliveries_released", count=released)
-                # Nothing is left to reap.
-                await comp.store.remove_instance(self.owner)
-            except StorageError as exc:
-                log.warning("instance_unregister_failed", error=exc.message)
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
-            await runner.cleanup()
-            log.info("herald_stopped", exit_code=self.exit_code)
-        return self.exit_code
+            # The dispatcher released its leases when it stopped; the relay's last
+            # batch may have leased more to it after that (herald.handover).
+            released = await comp.store.release_leases(owner=self.owner, now=time.time())
+            if released:
+                log.info("unfinished_deliveries_released", count=released)
+            # Nothing is left to reap.
+            await comp.store.remove_instance(self.owner)
+        except StorageError as exc:
+            log.warning("instance_unregister_failed", error=exc.message)
 
     async def _refresh_gauges(self, comp: Components, relay: Relay, dispatcher: Dispatcher) -> None:
         """Database-backed gauges on an interval, so a scrape never costs a query."""
         interval = self.settings.metrics.refresh_seconds
         while not self.stop.is_set():
-            self.metrics.component("relay", relay.running)
-            self.metrics.component("workers", dispatcher.running)
+            self.metrics.components_checked(relay=relay.running, workers=dispatcher.running)
             try:
                 now = time.time()
                 pending, oldest = await comp.store.outbox_stats()
-                self.metrics.set_outbox(pending, 0.0 if oldest is None else max(now - oldest, 0.0))
-                self.metrics.set_pending(await comp.store.delivery_counts(now=now))
-                self.metrics.set_destinations(await comp.store.destination_counts())
+                self.metrics.outbox_counted(pending, oldest, now=now)
+                self.metrics.pending_counted(await comp.store.delivery_counts(now=now))
+                self.metrics.destinations_counted(await comp.store.destination_counts())
             except StorageError as exc:
                 self.metrics.storage_error("refresh_gauges")
                 log.warning("gauge_refresh_failed", error=exc.message)
@@ -455,10 +317,9 @@ class Daemon:
         for instance_id, released in reaped.items():
             log.warning("instance_presumed_dead", instance=instance_id, released=released)
         if reaped:
-            self.metrics.reaped(len(reaped), sum(reaped.values()))
+            self.metrics.reaped(reaped)
             dispatcher.rescan()
-        live = sum(1 for i in instances if now - i.heartbeat_at <= d.instance_timeout_seconds)
-        self.metrics.set_instances(live)
+        self.metrics.instances_seen(instances, now=now, timeout=d.instance_timeout_seconds)
 
     async def _retention(self, comp: Components) -> None:
         """Delete finished history older than ``retention.days``, a batch at a time."""

@@ -106,7 +106,7 @@ def _os_user() -> str:
 
 
 async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         version = await comp.store.schema_version()
@@ -115,7 +115,7 @@ async def _cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     data = read_body(args.data)
     async with components(settings) as comp:
@@ -130,7 +130,7 @@ async def _cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     key = new_api_key()
     async with components(settings) as comp:
@@ -176,9 +176,9 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
     Rows under the new key are skipped, so an interrupted run is finished by running
     it again; until then every row opens with the old or the new key.
     """
-    from herald.app import InstanceLock, encryption_key, previous_keys
     from herald.crypto import SecretBox
     from herald.store import make_store
+    from herald.wiring import InstanceLock, encryption_key, previous_keys
 
     if not 1 <= args.batch_size <= 10_000:
         raise UsageError("--batch-size must be from 1 to 10000")
@@ -255,7 +255,7 @@ def _key_view(key: ApiKeyInfo) -> dict[str, Any]:
 
 
 async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         views = [_key_view(k) for k in await comp.store.list_api_keys(args.tenant)]
@@ -272,7 +272,7 @@ async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself."""
-    from herald.app import components
+    from herald.wiring import components
 
     ref = args.key.strip()
     if ref.startswith(API_KEY_PREFIX):
@@ -329,7 +329,7 @@ def _dest_rows(views: list[dict[str, Any]]) -> None:
 
 
 async def _cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         svc = comp.service
@@ -446,7 +446,7 @@ def _print_delivery(v: dict[str, Any]) -> None:
 
 
 async def _cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         if args.action == "show":
@@ -494,7 +494,7 @@ async def _cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     flt = _filter(args, tenant=args.tenant)
 
@@ -537,7 +537,7 @@ async def _cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         rows = await comp.store.list_rejected(limit=args.limit)
@@ -561,7 +561,7 @@ async def _cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_instances(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.app import components
+    from herald.wiring import components
 
     async with components(settings) as comp:
         instances = await comp.store.list_instances()

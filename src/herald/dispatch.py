@@ -1,12 +1,12 @@
-"""Delivery workers: claim due deliveries, attempt them concurrently, record outcomes.
+"""Delivery scheduling: which claimed or handed-over delivery runs when, within the limits.
 
 Concurrency is bounded globally and per destination, so one slow or dead
 destination holds at most ``max_per_destination`` of the global slots while
-the others keep flowing. Outcomes are written in batches by one writer task;
-an outcome that cannot be written is retried, never dropped. The loop never
-busy-polls: it sleeps until the next due time, a wake-up from the relay or a
-finished attempt, or the idle poll that notices changes made by other
-processes.
+the others keep flowing. The loop never busy-polls: it sleeps until the next due
+time, a wake-up from the relay or a finished attempt, or the idle poll that
+notices changes made by other processes. What a claim asks for lives in
+herald.floor, the attempt in herald.attempt, the writing of outcomes in
+herald.recorder, the relay's hand-over in herald.handover.
 """
 
 from __future__ import annotations
@@ -20,19 +20,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from herald.adapters.base import Result
+from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
 from herald.catalog import Catalog
 from herald.errors import StorageError
-from herald.ids import new_id
-from herald.logs import debug_enabled
-from herald.model import (
-    Attempt,
-    AttemptRecord,
-    DeliveryKind,
-    DeliveryStatus,
-    DueDelivery,
-    Outcome,
-)
+from herald.floor import Claims
+from herald.handover import Handover
+from herald.model import AttemptRecord, DueDelivery, Outcome
+from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import Store
 
@@ -49,52 +43,6 @@ class Limits:
     shutdown_grace: float = 10.0
 
 
-@dataclass(slots=True)
-class Room:
-    """What the dispatcher takes from one relay batch as it is written: deliveries
-    stored already leased to it and started at once, without a claim query.
-
-    The budget of a claim: the global free slots, and per destination no more
-    outstanding than one claim can bring it to (``cap``); the rest wait in the
-    table for a claim, by this instance or another."""
-
-    owner: str
-    lease_until: float
-    free: int
-    outstanding: dict[str, int]
-    """A copy of the dispatcher's per-destination counts, counted up as we take."""
-    cap: int
-    """Also where a claim starts to skip a destination (``Dispatcher._enough``)."""
-
-    def claimable(self, destination_id: str) -> bool:
-        """Whether a claim would take a delivery of this destination left in the table."""
-        return self.outstanding.get(destination_id, 0) < self.cap
-
-    def take(self, destination_id: str) -> bool:
-        n = self.outstanding.get(destination_id, 0)
-        if self.free <= 0 or n >= self.cap:
-            return False
-        self.outstanding[destination_id] = n + 1
-        self.free -= 1
-        return True
-
-
-DUE_FLOOR_SECONDS = 2.0
-"""How long claims may skip the due deliveries they found to be all of saturated
-destinations (see ``Dispatcher._claim_due``) before one scans from the oldest again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Floor:
-    """What a claim learnt: every due delivery older than ``due_since`` that it did not
-    take is of a destination in ``excluded`` (it reads them in due order)."""
-
-    due_since: float
-    excluded: frozenset[str]
-    until: float
-    """``time.monotonic()`` after which the next claim scans everything again."""
-
-
 UNWRITTEN_FACTOR = 4
 """Finished attempts that may wait for the writer, in multiples of max_concurrency.
 At full load on 2 cores the records of 260-560 attempts (with max_concurrency 256)
@@ -104,68 +52,6 @@ by 5-10 % in the throughput benchmark. At 4x it only stops a stall or an outage.
 
 RENEWAL_RETRY_SECONDS = 0.25
 """After a failed lease renewal, the next try (sooner than the usual third of a lease)."""
-
-
-class Recorder:
-    """Batches attempt records into one transaction per flush; retries failed writes."""
-
-    def __init__(self, store: Store, *, on_flush: Callable[[list[AttemptRecord]], None]) -> None:
-        self._store = store
-        self._pending: list[AttemptRecord] = []
-        self._ready = asyncio.Event()
-        self._on_flush = on_flush
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self.storage_error: str | None = None
-        """Why the last write failed while writes keep failing (/readyz shows it)."""
-        self.unwritten = 0
-        """Records added and not yet committed (pending, or in the write under way)."""
-
-    def add(self, record: AttemptRecord) -> None:
-        self._pending.append(record)
-        self.unwritten += 1
-        self._idle.clear()
-        self._ready.set()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while True:
-            if not self._pending:
-                self._idle.set()
-                if stop.is_set():
-                    return
-                self._ready.clear()
-                waiters = [
-                    asyncio.ensure_future(self._ready.wait()),
-                    asyncio.ensure_future(stop.wait()),
-                ]
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                for w in waiters:
-                    w.cancel()
-                continue
-            batch, self._pending = self._pending, []
-
-            def trouble(exc: StorageError, delay: float, count: int = len(batch)) -> None:
-                self.storage_error = exc.message
-                log.error("record_attempts_failed", error=exc.message, retry_in=delay, count=count)
-
-            # An outcome that cannot be written is retried until it is, even while
-            # stopping: nothing is dropped, and the batch keeps its place in line.
-            await retry_storage(
-                functools.partial(self._store.record_attempts, batch), on_error=trouble, first=0.05
-            )
-            self.storage_error = None
-            self.unwritten -= len(batch)
-            self._on_flush(batch)
-
-    async def drained(self) -> None:
-        await self._idle.wait()
-
-
-AttemptOutcome = tuple[AttemptRecord, str] | BaseException
-"""An attempt's record and its destination type id, or why it has none."""
-AttemptDone = Callable[[DueDelivery, AttemptOutcome], None]
-Submit = Callable[[DueDelivery, AttemptDone], None]
-"""Starts an attempt elsewhere (herald.workers) and calls back once, with its outcome."""
 
 
 class Dispatcher:
@@ -193,6 +79,9 @@ class Dispatcher:
         self._catalog = catalog
         self._policy = policy
         self._limits = limits
+        # The two limits read at every start and end of an attempt, looked up once.
+        self._max_concurrency = limits.max_concurrency
+        self._per_cap = limits.max_per_destination
         self.owner = owner
         self._on_attempt = on_attempt
         # Where attempts run: here, a task each, or in worker processes (herald.workers).
@@ -200,16 +89,29 @@ class Dispatcher:
         self._done_cb: AttemptDone = self._done
         self._wake = asyncio.Event()
         self._slot = asyncio.Event()
-        # A claim skips destinations with this many outstanding: the most a claim or a
-        # relay batch gives one (more than it can run: its next ones wait in memory).
-        self._enough = max(limits.max_per_destination, limits.claim_batch)
-        self._floor: _Floor | None = None
+        self._claims = Claims(
+            store,
+            owner=owner,
+            lease_seconds=limits.lease_seconds,
+            max_per_destination=limits.max_per_destination,
+            claim_batch=limits.claim_batch,
+        )
+        self._enough = self._claims.enough
         # Claimed and not yet recorded, per destination and in all (running or waiting).
         self._outstanding: Counter[str] = Counter()
         self._total = 0
         self._parked = 0
         """Of ``_total``, those beyond their destination's ``max_per_destination``: they
         wait behind their own destination and take none of the global budget."""
+        # New deliveries the relay stores leased to us (herald.handover), within our room.
+        self.handover = Handover(
+            owner,
+            lease_seconds=limits.lease_seconds,
+            cap=self._enough,
+            free=self._free,
+            outstanding=self._outstanding,
+            launch=self._launch,
+        )
         self._idle = asyncio.Event()
         self._idle.set()
         # Running attempts, in all and per destination, and the two waiting queues.
@@ -230,7 +132,6 @@ class Dispatcher:
         self.recorder = Recorder(store, on_flush=self._flushed)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
-        self._accepting = False
         self._claim_error: str | None = None
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -265,7 +166,7 @@ class Dispatcher:
         attempts are what a crash sends again, and what a database outage holds in
         memory: when the database stalls or goes away, new attempts wait for it instead
         of that window growing with the stall."""
-        limit = self._limits.max_concurrency
+        limit = self._max_concurrency
         return self._running < limit and self.recorder.unwritten < UNWRITTEN_FACTOR * limit
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -278,12 +179,12 @@ class Dispatcher:
         recorder = asyncio.create_task(self.recorder.run(recorder_stop), name="herald-recorder")
         self._recorder_task = recorder
         renewer = asyncio.create_task(self._renew_leases(stop), name="herald-lease-renewal")
-        self._accepting = True
+        self.handover.open = True
         try:
             await self._loop(stop)
         finally:
             self.running = False
-            self._accepting = False  # what the relay leases from now on, it releases
+            self.handover.open = False  # what the relay leases from now on, it releases
             await self._drain()
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
@@ -305,7 +206,7 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=True)
                 continue
             want = min(free, lim.claim_batch)
-            saturated = [d for d, n in self._outstanding.items() if n >= self._enough]
+            saturated = self._claims.saturated(self._outstanding)
             # Claims are transactional: a failed one leased nothing, so it is retried
             # as it is (a retry only ever asks for less than there is room for). The
             # retry waits out its backoff: wake-ups that keep coming while the database
@@ -316,7 +217,7 @@ class Dispatcher:
                 sleep=functools.partial(self._sleep, stop, slot=False, wake=False),
                 until=stop.is_set,
             )
-            due = await retrying(functools.partial(self._claim_due, want, saturated))
+            due = await retrying(functools.partial(self._claims.claim, want, saturated))
             if due is None:
                 continue  # stopping
             await self._start(due)
@@ -335,46 +236,10 @@ class Dispatcher:
             else:
                 await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
 
-    async def _claim_due(self, want: int, saturated: list[str]) -> list[DueDelivery]:
-        """Claim what is due, skipping ``saturated`` destinations.
-
-        Their due deliveries come first in due order (they wait there while the
-        destination is busy), and a claim read past them every time: a slow
-        destination's backlog of 20,000 made each claim 1.3 ms longer. A claim that
-        skipped some tells us that every due delivery older than the first it took is
-        theirs; while they stay saturated (and for ``DUE_FLOOR_SECONDS`` at most, a
-        bound on what a peer's locked rows or clock could hide), the next claims start
-        there. Anything else that makes old deliveries due again clears it
-        (:meth:`rescan`); new ones are due from now on, past it.
-        """
-        now = time.time()
-        excluded = frozenset(saturated)
-        floor = self._floor
-        if floor is not None and not (
-            excluded >= floor.excluded and time.monotonic() < floor.until
-        ):
-            floor = None
-        due = await self._store.claim_due(
-            now=now,
-            limit=want,
-            owner=self.owner,
-            lease_until=now + self._limits.lease_seconds,
-            exclude_destinations=saturated,
-            due_since=None if floor is None else floor.due_since,
-        )
-        if not excluded:
-            self._floor = None
-        elif due:
-            until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
-            self._floor = _Floor(min(d.due_at for d in due), excluded, until)
-        else:
-            self._floor = floor
-        return due
-
     def rescan(self) -> None:
         """Deliveries that were due earlier may be due now (destinations activated or
         changed, deliveries re-queued): the next claim reads from the oldest again."""
-        self._floor = None
+        self._claims.rescan()
         self._wake.set()
 
     def _claim_trouble(self, exc: StorageError, delay: float) -> None:
@@ -385,32 +250,7 @@ class Dispatcher:
         """Deliveries this dispatcher can take on now."""
         # Deliveries parked behind their own destination's limit do not use the
         # global budget: a slow destination's backlog must not stall the others.
-        return self._limits.max_concurrency * 2 - (self._total - self._parked)
-
-    def room(self) -> Room | None:
-        """The relay asks before a batch: how many of its deliveries to lease to us."""
-        if not self._accepting:
-            return None
-        free = self._free()
-        if free <= 0:
-            return None
-        lim = self._limits
-        # A claim takes up to claim_batch for a destination below its own limit.
-        return Room(
-            self.owner,
-            time.time() + lim.lease_seconds,
-            free,
-            dict(self._outstanding),
-            self._enough,
-        )
-
-    def adopt(self, due: list[DueDelivery]) -> bool:
-        """Start deliveries the relay stored leased to us. False once we stop taking
-        work: their leases are the relay's to release."""
-        if not self._accepting:
-            return False
-        self._launch(due)
-        return True
+        return self._max_concurrency * 2 - (self._total - self._parked)
 
     async def _sleep(
         self, stop: asyncio.Event, timeout: float, *, slot: bool, wake: bool = True
@@ -434,7 +274,7 @@ class Dispatcher:
     def _launch(self, due: list[DueDelivery]) -> None:
         if due:
             self._idle.clear()
-        per_cap = self._limits.max_per_destination
+        per_cap = self._per_cap
         for item in due:
             if item.id in self._claimed or item.id in self._recording:
                 # Claimed again while still ours (its lease ran out while the database
@@ -471,7 +311,7 @@ class Dispatcher:
 
     async def _attempt_here(self, item: DueDelivery) -> None:
         try:
-            outcome = await self.attempt(item)
+            outcome = await attempt(self._catalog, self._policy, item)
         except BaseException as exc:  # cancelled at shutdown, or a bug of ours
             self._done(item, exc)
             raise
@@ -492,11 +332,12 @@ class Dispatcher:
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
+                if record.attempt.outcome is not Outcome.SUCCESS:
+                    _log_failure(record, item)
         finally:
             self._release(item)
 
     def _release(self, item: DueDelivery) -> None:
-        lim = self._limits
         dest = item.destination_id
         self._claimed.discard(item.id)
         left = self._outstanding[dest] - 1
@@ -504,7 +345,7 @@ class Dispatcher:
             del self._outstanding[dest]
         else:
             self._outstanding[dest] = left
-        if left >= lim.max_per_destination:
+        if left >= self._per_cap:
             self._parked -= 1
         self._total -= 1
         self._running -= 1
@@ -528,66 +369,8 @@ class Dispatcher:
         # Wake the claim loop only when this completion makes room it can use: its
         # destination stops being saturated, or the global budget reopens (a parked
         # delivery's end frees no global room: the parked count fell with the total).
-        if left == self._enough - 1 or self._total - self._parked == lim.max_concurrency * 2 - 1:
+        if left == self._enough - 1 or self._total - self._parked == self._max_concurrency * 2 - 1:
             self._slot.set()
-
-    async def attempt(self, item: DueDelivery) -> tuple[AttemptRecord, str]:
-        """Run one attempt of ``item`` and build its record (also used by test pings)."""
-        number = item.attempt_count + 1
-        entry = self._catalog.get(item.destination_id)
-        started = time.time()
-        t0 = time.perf_counter()
-        type_id = entry.dest.type if entry is not None else "unknown"
-        if entry is None:
-            result = Result.permanent("destination no longer exists")
-        elif entry.config is None:
-            result = Result.permanent(f"stored destination config is invalid: {entry.error}")
-        else:
-            try:
-                async with asyncio.timeout(entry.adapter.timeout):
-                    result = await entry.adapter.deliver(entry.dest, entry.config, item.event)
-            except TimeoutError:
-                result = Result(
-                    Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
-                )
-            except Exception as exc:  # an adapter bug must not kill the engine
-                log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
-                result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
-        duration_ms = (time.perf_counter() - t0) * 1000
-        attempt = Attempt(
-            id=new_id("att_"),
-            delivery_id=item.id,
-            number=number,
-            started_at=started,
-            duration_ms=round(duration_ms, 3),
-            outcome=result.outcome,
-            response_status=result.status,
-            error=result.error,
-            response_excerpt=result.excerpt,
-        )
-        if result.outcome is Outcome.SUCCESS:
-            activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
-            record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
-        else:
-            nxt = self._policy.next_attempt_at(
-                failed_attempt=number,
-                max_attempts=item.max_attempts,
-                now=time.time(),
-                retry_after=result.retry_after,
-            )
-            status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
-            record = AttemptRecord(attempt, status, nxt)
-        if debug_enabled():
-            log.debug(
-                "attempt",
-                delivery_id=item.id,
-                event_id=item.event.id,
-                destination_id=item.destination_id,
-                attempt=number,
-                outcome=result.outcome.value,
-                status=result.status,
-            )
-        return record, type_id
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
         """Keep the leases of claimed deliveries alive while they wait, run or wait to be
@@ -644,7 +427,7 @@ class Dispatcher:
             queued.extend(held)
         self._ready.clear()
         self._held.clear()
-        per_cap = self._limits.max_per_destination
+        per_cap = self._per_cap
         for item in queued:
             self._claimed.discard(item.id)
             dest = item.destination_id
@@ -669,3 +452,20 @@ class Dispatcher:
             return
         if released:
             log.info("unfinished_deliveries_released", count=released)
+
+
+def _log_failure(record: AttemptRecord, item: DueDelivery) -> None:
+    # Here, in the process that records it: an attempt made in a worker process has
+    # its outcome logged once, with the parent's log.
+    attempt = record.attempt
+    log.info(
+        "attempt_failed",
+        delivery_id=item.id,
+        event_id=item.event.id,
+        destination_id=item.destination_id,
+        attempt=attempt.number,
+        outcome=attempt.outcome.value,
+        response_status=attempt.response_status,
+        error=attempt.error,
+        next_attempt_at=record.next_attempt_at,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
@@ -29,6 +29,15 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from herald import __version__
+from herald.model import (
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Instance,
+    Outcome,
+    RelayPlan,
+)
 
 # Resolves the 5 s webhook deadline: fine steps below it, a few above for other types.
 ATTEMPT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 4, 4.5, 5, 7.5, 10, 30, 60)
@@ -174,6 +183,8 @@ class AttemptCollector(Collector):
 
 
 class Metrics:
+    """The one container of every metric; a method per action that moves one."""
+
     def __init__(self, *, per_destination: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.per_destination = per_destination
@@ -182,86 +193,90 @@ class Metrics:
         PlatformCollector(registry=r)
         info = Info("herald_build", "Herald build information", registry=r)
         info.info({"version": __version__})
-        self.events_ingested = Counter(
-            "herald_events_ingested", "Events taken from the outbox and stored", registry=r
+        counter, gauge = self._counter, self._gauge
+        self.events_ingested = counter(
+            "herald_events_ingested", "Events taken from the outbox and stored"
         )
-        self.outbox_rejected = Counter(
-            "herald_outbox_rejected", "Outbox rows rejected, by reason", ["reason"], registry=r
+        self.outbox_rejected = counter(
+            "herald_outbox_rejected", "Outbox rows rejected, by reason", "reason"
         )
-        self.outbox_pending = Gauge(
-            "herald_outbox_pending", "Rows waiting in the outbox", registry=r
-        )
-        self.outbox_lag = Gauge(
-            "herald_outbox_lag_seconds",
-            "Age of the oldest unclaimed outbox row (0 when empty)",
-            registry=r,
+        self.outbox_pending = gauge("herald_outbox_pending", "Rows waiting in the outbox")
+        self.outbox_lag = gauge(
+            "herald_outbox_lag_seconds", "Age of the oldest unclaimed outbox row (0 when empty)"
         )
         self.attempts = AttemptCollector(per_destination=per_destination)
         r.register(self.attempts)
-        self.pending = Gauge(
+        self.pending = gauge(
             "herald_deliveries_pending",
             "Pending deliveries: due now, waiting for a scheduled retry, or held",
-            ["state"],
-            registry=r,
+            "state",
         )
-        self.destinations = Gauge(
-            "herald_destinations",
-            "Event destinations by type and status",
-            ["type", "status"],
-            registry=r,
+        self.destinations = gauge(
+            "herald_destinations", "Event destinations by type and status", "type", "status"
         )
-        self.inflight = Gauge(
-            "herald_inflight_attempts", "Attempts in flight in this process", registry=r
+        self.inflight = gauge("herald_inflight_attempts", "Attempts in flight in this process")
+        self.up = gauge(
+            "herald_component_up", "1 when a component of the daemon is running", "component"
         )
-        self.up = Gauge(
-            "herald_component_up",
-            "1 when a component of the daemon is running",
-            ["component"],
-            registry=r,
+        self.storage_errors = counter(
+            "herald_storage_errors", "Database operations that failed and were retried", "operation"
         )
-        self.storage_errors = Counter(
-            "herald_storage_errors",
-            "Database operations that failed and were retried",
-            ["operation"],
-            registry=r,
+        self.replayed = counter(
+            "herald_deliveries_replayed", "Deliveries re-queued by retry or replay"
         )
-        self.replayed = Counter(
-            "herald_deliveries_replayed", "Deliveries re-queued by retry or replay", registry=r
+        self.instances = gauge(
+            "herald_instances", "Herald instances on this database whose heartbeat is current"
         )
-        self.instances = Gauge(
-            "herald_instances",
-            "Herald instances on this database whose heartbeat is current",
-            registry=r,
-        )
-        self.instances_reaped = Counter(
+        self.instances_reaped = counter(
             "herald_instances_reaped",
             "Instances presumed dead after missing heartbeats (their leases released)",
-            registry=r,
         )
-        self.leases_released = Counter(
+        self.leases_released = counter(
             "herald_leases_released",
             "Deliveries leased by a dead instance and released for others to attempt",
-            registry=r,
         )
 
+    def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        return Gauge(name, documentation, labels, registry=self.registry)
+
     # --- one method per action --------------------------------------------------
-    def ingested(self, count: int) -> None:
-        if count:
-            self.events_ingested.inc(count)
+    def attempt_recorded(self, type_id: str, record: AttemptRecord, item: DueDelivery) -> None:
+        """An attempt ended and its record goes to the database (once per attempt: hot)."""
+        attempt = record.attempt
+        final = None if record.status is DeliveryStatus.PENDING else record.status.value
+        latency = None
+        if attempt.outcome is Outcome.SUCCESS and item.kind is DeliveryKind.EVENT:
+            latency = attempt.started_at + attempt.duration_ms / 1000 - item.event.created_ts
+        self.attempts.observe(
+            destination_type=type_id,
+            destination_id=item.destination_id,
+            outcome=attempt.outcome.value,
+            duration=attempt.duration_ms / 1000,
+            final_status=final if item.kind is DeliveryKind.EVENT else None,
+            latency=latency,
+        )
 
-    def rejected(self, reason: str) -> None:
-        # Reasons look like "invalid_json: detail"; only the code is a label.
-        self.outbox_rejected.labels(reason=reason.split(":", 1)[0]).inc()
+    def relayed(self, plan: RelayPlan) -> None:
+        """The relay committed one batch: its events in, its rejected rows out."""
+        if plan.events:
+            self.events_ingested.inc(len(plan.events))
+        for rejection in plan.rejected:
+            # Reasons look like "invalid_json: detail"; only the code is a label.
+            self.outbox_rejected.labels(reason=rejection.reason.split(":", 1)[0]).inc()
 
-    def set_outbox(self, pending: int, lag: float) -> None:
+    def outbox_counted(self, pending: int, oldest: float | None, *, now: float) -> None:
+        """The outbox holds ``pending`` rows, the oldest created at ``oldest``."""
         self.outbox_pending.set(pending)
-        self.outbox_lag.set(lag)
+        self.outbox_lag.set(0.0 if oldest is None else max(now - oldest, 0.0))
 
-    def set_pending(self, counts: dict[str, int]) -> None:
+    def pending_counted(self, counts: Mapping[str, int]) -> None:
         for state in PENDING_STATES:
             self.pending.labels(state).set(counts.get(state, 0))
 
-    def set_destinations(self, rows: Iterable[tuple[str, str, int]]) -> None:
+    def destinations_counted(self, rows: Iterable[tuple[str, str, int]]) -> None:
         self.destinations.clear()
         for type_, status, count in rows:
             self.destinations.labels(type_, status).set(count)
@@ -269,15 +284,19 @@ class Metrics:
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)
 
-    def component(self, name: str, running: bool) -> None:
-        self.up.labels(name).set(1 if running else 0)
+    def components_checked(self, *, relay: bool, workers: bool) -> None:
+        """Whether the relay and the dispatcher (the workers) run now."""
+        self.up.labels("relay").set(1 if relay else 0)
+        self.up.labels("workers").set(1 if workers else 0)
 
-    def set_instances(self, live: int) -> None:
-        self.instances.set(live)
+    def instances_seen(self, instances: Iterable[Instance], *, now: float, timeout: float) -> None:
+        """The instances registered on the database; those with a current heartbeat count."""
+        self.instances.set(sum(1 for i in instances if now - i.heartbeat_at <= timeout))
 
-    def reaped(self, instances: int, leases: int) -> None:
-        self.instances_reaped.inc(instances)
-        self.leases_released.inc(leases)
+    def reaped(self, released: Mapping[str, int]) -> None:
+        """Dead instances, each with how many of its leases were released."""
+        self.instances_reaped.inc(len(released))
+        self.leases_released.inc(sum(released.values()))
 
     def storage_error(self, operation: str) -> None:
         self.storage_errors.labels(operation).inc()

@@ -15,20 +15,20 @@ import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import orjson
 import structlog
 
 from herald.catalog import Catalog
 from herald.errors import StorageError
+from herald.handover import Handover, Room, wakes_claims
 from herald.ids import new_id
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     DeliveryKind,
     DestinationStatus,
-    DueDelivery,
     Event,
     NewDelivery,
     OutboxRow,
@@ -39,18 +39,7 @@ from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import STALE_CATALOG, Store
 from herald.timeutil import format_epoch, now, parse_timestamp
 
-if TYPE_CHECKING:
-    from herald.dispatch import Room
-
 log = structlog.get_logger("herald.relay")
-
-
-class Handoff(Protocol):
-    """The dispatcher of this process, as the relay sees it (herald.dispatch.Dispatcher)."""
-
-    def room(self) -> Room | None: ...
-
-    def adopt(self, due: list[DueDelivery]) -> bool: ...
 
 
 MAX_ID_LENGTH = 255
@@ -129,20 +118,6 @@ def _lossless(raw: bytes | None) -> str | None:
     return raw.decode("utf-8", "replace").replace("\x00", "\\u0000")
 
 
-def _claimable(plan: RelayPlan, room: Room | None) -> bool:
-    """Whether a claim could take a delivery this batch left in the table. Not when each
-    is held, or for a destination this process's dispatcher has enough of already: a
-    claim would skip them, and waking it for nothing costs a scan past them."""
-    if room is None:
-        return True
-    # Planned leased and stored without: its destination was not active at commit, so
-    # it is held, and no claim takes it either.
-    return any(
-        not d.held and d.lease_owner is None and room.claimable(d.destination_id)
-        for d in plan.deliveries
-    )
-
-
 class Relay:
     """Moves outbox rows into events and deliveries, batch by batch."""
 
@@ -157,7 +132,7 @@ class Relay:
         max_payload_bytes: int,
         on_deliveries: Callable[[], None] = lambda: None,
         on_batch: Callable[[RelayPlan], None] = lambda plan: None,
-        handoff: Handoff | None = None,
+        handoff: Handover | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -245,33 +220,12 @@ class Relay:
             for rej in plan.rejected:
                 log.warning("outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason)
             if plan.leased:
-                self._hand_off(plan)
-            if len(plan.deliveries) > len(plan.leased) and _claimable(plan, room):
+                assert self._handoff is not None
+                self._handoff.receive(plan)
+            if wakes_claims(plan, room):
                 self._on_deliveries()
             self._on_batch(plan)
         return count
-
-    def _hand_off(self, plan: RelayPlan) -> None:
-        assert self._handoff is not None
-        events = {e.id: e for e in plan.events}
-        planned = {d.id: d for d in plan.deliveries}
-        due = []
-        for dlv_id in plan.leased:
-            d = planned[dlv_id]
-            due.append(
-                DueDelivery(
-                    id=d.id,
-                    destination_id=d.destination_id,
-                    kind=d.kind,
-                    attempt_count=0,
-                    max_attempts=d.max_attempts,
-                    event=events[d.event_id],
-                )
-            )
-        if not self._handoff.adopt(due):
-            # The dispatcher is stopping: the daemon releases what is still leased to
-            # this instance once both have stopped (herald.app).
-            log.info("handoff_refused_at_shutdown", count=len(due))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set; polls when idle (SQLite has no notifications)."""

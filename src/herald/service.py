@@ -16,8 +16,8 @@ import structlog
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
+from herald.attempt import attempt
 from herald.catalog import Catalog
-from herald.dispatch import Dispatcher
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.ids import new_id
 from herald.match import validate_event_type, validate_pattern
@@ -110,14 +110,12 @@ class DestinationService:
         policy: RetryPolicy,
         *,
         catalog: Catalog | None = None,
-        dispatcher: Dispatcher | None = None,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.policy = policy
         self.catalog = catalog or Catalog(store, registry)
-        self._dispatcher = dispatcher
         self._on_change = on_change
 
     # --- destinations -------------------------------------------------------
@@ -419,11 +417,8 @@ class DestinationService:
         await self.catalog.refresh()
         if self.catalog.get(dest.id) is None:
             await self.catalog.refresh(force=True)
-        dispatcher = self._dispatcher or Dispatcher(
-            self.store, self.catalog, self.policy, _limits_for_one(), owner="test"
-        )
         item = DueDelivery(new.id, dest.id, DeliveryKind.TEST, 0, 1, event)
-        record, _ = await dispatcher.attempt(item)
+        record, _ = await attempt(self.catalog, self.policy, item)
         await self.store.record_attempts([record])
         delivery = await self.store.get_delivery(tenant_id, new.id, with_attempts=True)
         assert delivery is not None
@@ -584,12 +579,6 @@ class DestinationService:
         if event is None:
             raise NotFound(f"no event {event_id}", code="event_not_found")
         return event
-
-
-def _limits_for_one() -> Any:
-    from herald.dispatch import Limits
-
-    return Limits(max_concurrency=1, max_per_destination=1, claim_batch=1)
 
 
 __all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]

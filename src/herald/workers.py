@@ -44,8 +44,9 @@ from typing import Any, Protocol
 import orjson
 import structlog
 
+from herald.attempt import AttemptDone, attempt
 from herald.config import Settings
-from herald.dispatch import AttemptDone, Dispatcher, Limits
+from herald.dispatch import Dispatcher
 from herald.gctune import settle_after_startup
 from herald.model import (
     AttemptRecord,
@@ -55,6 +56,7 @@ from herald.model import (
     Event,
 )
 from herald.store.rows import attempt_from_row, attempt_to_row
+from herald.wiring import components
 
 log = structlog.get_logger("herald.workers")
 
@@ -145,8 +147,6 @@ class LineBatcher:
 # --- the child ----------------------------------------------------------------------------
 async def serve_worker(settings: Settings) -> int:
     """``herald worker``: make the attempts the parent sends until its input ends."""
-    from herald.app import components
-
     loop = asyncio.get_running_loop()
     # The parent decides when to stop (it closes our input once its attempts are back):
     # signals sent to the whole group (Ctrl-C, a supervisor) must not cut attempts short.
@@ -161,17 +161,16 @@ async def serve_worker(settings: Settings) -> int:
     records = LineBatcher(out, loop)
 
     async with components(settings) as comp:
-        engine = Dispatcher(comp.store, comp.catalog, comp.policy, Limits(), owner="worker")
         await comp.catalog.refresh(force=True)
         settle_after_startup()
         out.write(READY)  # the parent waits for this before it serves
         changed = asyncio.Event()
         tasks: set[asyncio.Task[None]] = set()
 
-        async def attempt(item: DueDelivery) -> None:
+        async def make(item: DueDelivery) -> None:
             if comp.catalog.get(item.destination_id) is None:
                 await comp.catalog.refresh(force=True)  # created since our last reload
-            record, type_id = await engine.attempt(item)
+            record, type_id = await attempt(comp.catalog, comp.policy, item)
             records.send(encode_record(record, type_id) + b"\n")
 
         async def follow_catalog() -> None:
@@ -191,7 +190,7 @@ async def serve_worker(settings: Settings) -> int:
                 if msg["op"] == "changed":
                     changed.set()
                     continue
-                task = asyncio.create_task(attempt(decode_item(msg)))
+                task = asyncio.create_task(make(decode_item(msg)))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 await out.drain()  # at most the parent's in-flight limit waits to be read

@@ -19,7 +19,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from herald.store import Store, make_store
 from herald.store import postgres as postgres_store
 from herald.store import sqlite as sqlite_store
 from herald.timeutil import format_epoch
+from herald.wiring import delivery_limits
 from tests.support.databases import BACKENDS
 from tests.support.pg_template import MigratedDatabases
 from tests.support.receiver import Behaviour, Received, Receiver
@@ -297,17 +298,7 @@ class Harness:
 
     # --- workers --------------------------------------------------------------
     def limits(self, **overrides: Any) -> Limits:
-        d = self.settings.delivery
-        base: dict[str, Any] = {
-            "max_concurrency": d.max_concurrency,
-            "max_per_destination": d.max_per_destination,
-            "claim_batch": d.claim_batch_size,
-            "lease_seconds": d.lease_seconds,
-            "idle_poll": d.idle_poll_seconds,
-            "shutdown_grace": d.shutdown_grace_seconds,
-        }
-        base.update(overrides)
-        return Limits(**base)
+        return replace(delivery_limits(self.settings.delivery), **overrides)
 
     def dispatcher(self, *, owner: str = "it-worker", **limits: Any) -> Dispatcher:
         d = Dispatcher(self.store, self.catalog, self.policy, self.limits(**limits), owner=owner)

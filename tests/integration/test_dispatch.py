@@ -12,8 +12,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from herald import dispatch
-from herald.dispatch import UNWRITTEN_FACTOR, AttemptDone, Dispatcher
+from herald import floor
+from herald.attempt import AttemptDone, attempt
+from herald.dispatch import UNWRITTEN_FACTOR, Dispatcher
 from herald.errors import StorageError
 from herald.ids import new_id
 from herald.model import (
@@ -302,8 +303,8 @@ class Elsewhere:
     at a time, oldest first, each a real attempt against the receiver, while the
     test watches how many are out at once."""
 
-    def __init__(self) -> None:
-        self.dispatcher: Dispatcher | None = None
+    def __init__(self, h: Harness) -> None:
+        self.h = h
         self.out: list[tuple[DueDelivery, AttemptDone]] = []
         self.order: list[str] = []
         self.peak = 0
@@ -319,7 +320,6 @@ class Elsewhere:
         self.moved.set()
 
     async def answer(self, stop: asyncio.Event) -> None:
-        assert self.dispatcher is not None
         while not stop.is_set():
             if not self.out:
                 self.moved.clear()
@@ -327,7 +327,7 @@ class Elsewhere:
                 continue
             await asyncio.sleep(0.005)  # let the rest of a claim arrive
             item, done = self.out.pop(0)
-            done(item, await self.dispatcher.attempt(item))
+            done(item, await attempt(self.h.catalog, self.h.policy, item))
 
 
 async def test_attempts_run_elsewhere_keep_the_limits(
@@ -344,11 +344,10 @@ async def test_attempts_run_elsewhere_keep_the_limits(
             for n in range(12):
                 h.produce(f"k{i}.thing", {"n": n}, db=db)
     assert await h.relay.run_once() == 36
-    elsewhere = Elsewhere()
+    elsewhere = Elsewhere(h)
     dispatcher = Dispatcher(
         h.store, h.catalog, h.policy, h.limits(), owner="it-pool", submit=elsewhere.submit
     )
-    elsewhere.dispatcher = dispatcher
     answering = asyncio.Event()
     answerer = asyncio.create_task(elsewhere.answer(answering))
     try:
@@ -746,7 +745,7 @@ async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
     """Held deliveries that become due (their destination activated) are older than
     the point claims start from past a saturated destination: a rescan finds them at
     once, not when that point expires."""
-    monkeypatch.setattr(dispatch, "DUE_FLOOR_SECONDS", 600.0)
+    monkeypatch.setattr(floor, "DUE_FLOOR_SECONDS", 600.0)
     h = await harness_factory(
         delivery={
             "max_concurrency": 4,

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from herald.dispatch import AttemptDone, Dispatcher, Room
+from herald.attempt import AttemptDone
+from herald.dispatch import Dispatcher
+from herald.handover import Room
 from herald.ids import new_id
 from herald.model import (
     DeliveryKind,
@@ -33,7 +35,7 @@ def relay_for(h: Harness, dispatcher: Dispatcher, *, batch_size: int = 500) -> R
         batch_size=batch_size,
         poll_interval=0.01,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
-        handoff=dispatcher,
+        handoff=dispatcher.handover,
     )
 
 
@@ -75,8 +77,8 @@ async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
     await h.add_webhook(rx.url, events=["c.*"], name="c")
     await h.add_webhook(rx.url, events=["*"], status=DestinationStatus.INACTIVE, name="off")
     dispatcher = h.dispatcher(owner="it-wake", max_per_destination=2, claim_batch=2)
-    dispatcher._accepting = True  # as while it runs; not started, so nothing is attempted
-    monkeypatch.setattr(dispatcher, "adopt", lambda due: True)
+    dispatcher.handover.open = True  # as while it runs; not started, so nothing is attempted
+    monkeypatch.setattr(dispatcher.handover, "adopt", lambda due: True)
     wakes: list[None] = []
     relay = Relay(
         h.store,
@@ -85,7 +87,7 @@ async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
         batch_size=500,
         poll_interval=0.01,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
-        handoff=dispatcher,
+        handoff=dispatcher.handover,
         on_deliveries=lambda: wakes.append(None),
     )
     # Two of a's five go over leased (its cap); three stay for a claim that would
@@ -94,7 +96,7 @@ async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
     assert await relay.run_once() == 5
     assert wakes == []
     # One free slot: c gets one, and a claim would take c's other two.
-    monkeypatch.setattr(dispatcher, "_free", lambda: 1)
+    monkeypatch.setattr(dispatcher.handover, "free", lambda: 1)
     h.produce_many("c.x", [{"i": i} for i in range(3)])
     assert await relay.run_once() == 3
     assert len(wakes) == 1
@@ -121,11 +123,11 @@ async def test_deliveries_parked_behind_their_destination_use_no_global_room(
         owner="it-parked",
         submit=lambda item, done: out.append((item, done)),
     )
-    dispatcher._accepting = True  # as while it runs: the relay hands over
+    dispatcher.handover.open = True  # as while it runs: the relay hands over
     relay = relay_for(h, dispatcher)
 
     def free() -> int:
-        room = dispatcher.room()
+        room = dispatcher.handover.room()
         return 0 if room is None else room.free
 
     assert free() == 8
@@ -157,7 +159,9 @@ async def test_relayed_deliveries_are_attempted_without_a_claim(
     dispatcher = h.dispatcher(owner="it-handoff")
     relay = relay_for(h, dispatcher)
     async with running(dispatcher):
-        await eventually(lambda: _true(dispatcher.room() is not None), what="dispatcher up")
+        await eventually(
+            lambda: _true(dispatcher.handover.room() is not None), what="dispatcher up"
+        )
         ids = h.produce_many("order.created", [{"i": i} for i in range(50)])
         assert await relay.run_once() == 50
         # Stored leased to the dispatcher, in the relay's transaction.
@@ -189,15 +193,15 @@ async def test_no_hand_off_beyond_the_room_or_to_held_destinations(
     )
     claims = CountingClaims(h, monkeypatch)
     dispatcher = h.dispatcher(owner="it-small", max_concurrency=1, max_per_destination=1)
-    dispatcher._accepting = True  # as while it runs; not started, so nothing is attempted
-    monkeypatch.setattr(dispatcher, "_free", lambda: 5)
+    dispatcher.handover.open = True  # as while it runs; not started, so nothing is attempted
+    monkeypatch.setattr(dispatcher.handover, "free", lambda: 5)
     adopted: list[DueDelivery] = []
 
     def adopt(due: list[DueDelivery]) -> bool:
         adopted.extend(due)
         return True
 
-    monkeypatch.setattr(dispatcher, "adopt", adopt)
+    monkeypatch.setattr(dispatcher.handover, "adopt", adopt)
     relay = relay_for(h, dispatcher)
     h.produce_many("order.created", [{"i": i} for i in range(20)])
     assert await relay.run_once() == 20
@@ -225,8 +229,8 @@ async def test_a_stopped_dispatcher_gets_nothing_leased(
     rx = await receivers()
     await h.add_webhook(rx.url, events=["order.*"])
     dispatcher = h.dispatcher(owner="it-stopped")
-    assert dispatcher.room() is None
-    assert dispatcher.adopt([]) is False
+    assert dispatcher.handover.room() is None
+    assert dispatcher.handover.adopt([]) is False
     relay = relay_for(h, dispatcher)
     h.produce_many("order.created", [{"i": 1}])
     assert await relay.run_once() == 1

@@ -251,7 +251,7 @@ async def test_a_failed_open_leaves_no_connection_behind(harness: Harness) -> No
         except StorageError:
             failed = True
         assert failed
-        # What herald.app.components() does when open() raises: drop the store.
+        # What herald.wiring.components() does when open() raises: drop the store.
         newer = None
         gc.collect()
         await asyncio.sleep(0.05)

@@ -1,0 +1,96 @@
+"""One delivery attempt: call the destination's adapter, decide what comes next.
+
+The whole decision of one attempt stands on one screen. The dispatcher, the worker
+processes and the test ping all make their attempts here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import structlog
+
+from herald.adapters.base import Result
+from herald.catalog import Catalog
+from herald.ids import new_id
+from herald.logs import debug_enabled
+from herald.model import (
+    Attempt,
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Outcome,
+)
+from herald.retry import RetryPolicy
+
+log = structlog.get_logger("herald.attempt")
+
+AttemptOutcome = tuple[AttemptRecord, str] | BaseException
+"""An attempt's record and its destination type id, or why it has none."""
+AttemptDone = Callable[[DueDelivery, AttemptOutcome], None]
+Submit = Callable[[DueDelivery, AttemptDone], None]
+"""Starts an attempt elsewhere (herald.workers) and calls back once, with its outcome."""
+
+
+async def attempt(
+    catalog: Catalog, policy: RetryPolicy, item: DueDelivery
+) -> tuple[AttemptRecord, str]:
+    """Run one attempt of ``item`` and build its record; also its destination type id."""
+    number = item.attempt_count + 1
+    entry = catalog.get(item.destination_id)
+    started = time.time()
+    t0 = time.perf_counter()
+    type_id = entry.dest.type if entry is not None else "unknown"
+    if entry is None:
+        result = Result.permanent("destination no longer exists")
+    elif entry.config is None:
+        result = Result.permanent(f"stored destination config is invalid: {entry.error}")
+    else:
+        try:
+            async with asyncio.timeout(entry.adapter.timeout):
+                result = await entry.adapter.deliver(entry.dest, entry.config, item.event)
+        except TimeoutError:
+            result = Result(
+                Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
+            )
+        except Exception as exc:  # an adapter bug must not kill the engine
+            log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
+            result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
+    duration_ms = (time.perf_counter() - t0) * 1000
+    attempt = Attempt(
+        id=new_id("att_"),
+        delivery_id=item.id,
+        number=number,
+        started_at=started,
+        duration_ms=round(duration_ms, 3),
+        outcome=result.outcome,
+        response_status=result.status,
+        error=result.error,
+        response_excerpt=result.excerpt,
+    )
+    if result.outcome is Outcome.SUCCESS:
+        activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
+        record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
+    else:
+        nxt = policy.next_attempt_at(
+            failed_attempt=number,
+            max_attempts=item.max_attempts,
+            now=time.time(),
+            retry_after=result.retry_after,
+        )
+        status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
+        record = AttemptRecord(attempt, status, nxt)
+    if debug_enabled():
+        log.debug(
+            "attempt",
+            delivery_id=item.id,
+            event_id=item.event.id,
+            destination_id=item.destination_id,
+            attempt=number,
+            outcome=result.outcome.value,
+            status=result.status,
+        )
+    return record, type_id
