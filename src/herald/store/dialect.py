@@ -10,13 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from herald.model import AttemptRecord, OutboxRow
+from herald.store.queries import load_queries
 
 Conn: TypeAlias = Any
 """The connection a transaction yields (aiosqlite or asyncpg): only the dialect uses it."""
 Row: TypeAlias = Sequence[Any]
+
+
+class Claim(NamedTuple):
+    """What :meth:`Dialect.claim` leases (see ``Store.claim_due``)."""
+
+    now: float
+    limit: int
+    owner: str
+    lease_until: float
+    exclude: Sequence[str]
+    due_since: float | None
 
 
 class Dialect(Protocol):
@@ -77,17 +89,7 @@ class Dialect(Protocol):
     async def watch_outbox(self, callback: Callable[[], None]) -> bool: ...
 
     # --- operations whose algorithm differs ------------------------------------------
-    async def claim(
-        self,
-        conn: Conn,
-        *,
-        now: float,
-        limit: int,
-        owner: str,
-        lease_until: float,
-        exclude: Sequence[str],
-        due_since: float | None,
-    ) -> list[Row]:
+    async def claim(self, conn: Conn, want: Claim) -> list[Row]:
         """Lease due deliveries: rows (id, destination_id, kind, attempt_count,
         max_attempts, event_id, when it was due)."""
 
@@ -103,3 +105,15 @@ class Dialect(Protocol):
         self, conn: Conn, ids: list[str], *, before: float, limit: int
     ) -> None:
         """Delete deliveries ``ids`` (their attempts are gone), then unused old events."""
+
+
+class NamedQueries:
+    """A dialect's queries, parsed once, and what both drivers do alike with them."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self._q = load_queries(self.name)
+
+    async def executemany(self, conn: Conn, name: str, rows: Iterable[Sequence[Any]]) -> None:
+        await conn.executemany(self._q[name], rows)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -24,8 +24,7 @@ from herald.errors import StorageError
 from herald.model import AttemptRecord, OutboxRow
 from herald.retry import retry_storage
 from herald.store.base import load_migrations
-from herald.store.dialect import Row
-from herald.store.queries import load_queries
+from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.sqlstore import SQLStore, check_migrations
 
 log = structlog.get_logger("herald.store")
@@ -55,8 +54,13 @@ def migrations() -> list[tuple[int, str, str]]:
     return load_migrations("postgres")
 
 
-def _wrap(exc: BaseException) -> StorageError:
-    return StorageError(f"PostgreSQL: {type(exc).__name__}: {exc}")
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """The one place where driver errors become StorageError."""
+    try:
+        yield
+    except _DB_ERRORS as exc:
+        raise StorageError(f"PostgreSQL: {type(exc).__name__}: {exc}") from exc
 
 
 def _count(status: str) -> int:
@@ -65,7 +69,7 @@ def _count(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-class PostgresDialect:
+class PostgresDialect(NamedQueries):
     """The database several instances share."""
 
     name = "postgres"
@@ -76,7 +80,7 @@ class PostgresDialect:
     def __init__(self, dsn: str, *, pool_size: int = 10) -> None:
         self.dsn = dsn
         self._pool_size = pool_size
-        self._q = load_queries("postgres")
+        super().__init__()
         # Both forms of the claim, made once: with and without a due_since bound.
         claim = self._q["claim"]
         self._claims = {
@@ -151,24 +155,20 @@ class PostgresDialect:
     @asynccontextmanager
     async def tx(self, *, atomic: bool = True) -> AsyncIterator[asyncpg.Connection]:
         # Not atomic: a single statement commits on its own, without BEGIN and COMMIT.
-        try:
+        with _storage_errors():
             async with self.pool.acquire() as conn:
                 if not atomic:
                     yield conn
                     return
                 async with conn.transaction():
                     yield conn
-        except _DB_ERRORS as exc:
-            raise _wrap(exc) from exc
 
     async def read(
         self, name: str, *args: Any, gauges: bool = False, parts: Mapping[str, str] | None = None
     ) -> list[Row]:
         sql = self._q[name] if parts is None else self._q[name].format_map(parts)
-        try:
+        with _storage_errors():
             return list(await self.pool.fetch(sql, *args))
-        except _DB_ERRORS as exc:
-            raise _wrap(exc) from exc
 
     async def execute(self, conn: asyncpg.Connection, name: str, *args: Any) -> int:
         return _count(await conn.execute(self._q[name], *args))
@@ -182,11 +182,6 @@ class PostgresDialect:
 
     async def fetchval(self, conn: asyncpg.Connection, name: str, *args: Any) -> Any:
         return await conn.fetchval(self._q[name], *args)
-
-    async def executemany(
-        self, conn: asyncpg.Connection, name: str, rows: Iterable[Sequence[Any]]
-    ) -> None:
-        await conn.executemany(self._q[name], rows)
 
     async def insert_many(
         self, conn: asyncpg.Connection, name: str, rows: Sequence[tuple[Any, ...]]
@@ -222,10 +217,8 @@ class PostgresDialect:
         notifications sent meanwhile are gone; until then the relay polls.
         """
         self._on_notify = callback
-        try:
+        with _storage_errors():
             await self._listen()
-        except _DB_ERRORS as exc:
-            raise _wrap(exc) from exc
         return True
 
     async def _listen(self) -> None:
@@ -254,10 +247,8 @@ class PostgresDialect:
         async def listen() -> bool:
             if self._closing:
                 return False
-            try:
+            with _storage_errors():
                 await self._listen()
-            except _DB_ERRORS as exc:
-                raise _wrap(exc) from exc
             return True
 
         def trouble(exc: StorageError, delay: float) -> None:
@@ -270,21 +261,20 @@ class PostgresDialect:
             self._on_notify()  # whatever was inserted while nobody listened
 
     # --- operations whose algorithm differs -------------------------------
-    async def claim(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        now: float,
-        limit: int,
-        owner: str,
-        lease_until: float,
-        exclude: Sequence[str],
-        due_since: float | None,
-    ) -> list[Row]:
+    async def claim(self, conn: asyncpg.Connection, want: Claim) -> list[Row]:
         # One statement: rows another instance is claiming are skipped, not waited for.
-        since = () if due_since is None else (due_since,)
-        sql = self._claims[due_since is not None]
-        return list(await conn.fetch(sql, owner, lease_until, now, list(exclude), limit, *since))
+        since = () if want.due_since is None else (want.due_since,)
+        return list(
+            await conn.fetch(
+                self._claims[want.due_since is not None],
+                want.owner,
+                want.lease_until,
+                want.now,
+                list(want.exclude),
+                want.limit,
+                *since,
+            )
+        )
 
     async def lock_for_attempts(
         self, conn: asyncpg.Connection, records: Sequence[AttemptRecord]

@@ -12,8 +12,8 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,7 @@ from herald.crypto import SecretBox
 from herald.errors import StorageError
 from herald.model import AttemptRecord, OutboxRow
 from herald.store.base import load_migrations
-from herald.store.dialect import Row
-from herald.store.queries import load_queries
+from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.sqlstore import SQLStore, check_migrations
 from herald.timeutil import parse_timestamp
 
@@ -42,7 +41,7 @@ def _expand(sql: str, first: int, n: int) -> str:
     return sql.replace("{ids}", ",".join([f"?{i}" for i in range(first, first + n)]))
 
 
-class SQLiteDialect:
+class SQLiteDialect(NamedQueries):
     """The embedded default database."""
 
     name = "sqlite"
@@ -53,7 +52,7 @@ class SQLiteDialect:
     def __init__(self, path: Path, *, busy_timeout: float = 5.0) -> None:
         self.path = path
         self._busy_ms = int(busy_timeout * 1000)
-        self._q = load_queries("sqlite")
+        super().__init__()
         self._lists = frozenset(name for name, sql in self._q.items() if "{ids}" in sql)
         self._w: aiosqlite.Connection | None = None
         self._r: aiosqlite.Connection | None = None
@@ -165,7 +164,7 @@ class SQLiteDialect:
     @asynccontextmanager
     async def tx(self, *, atomic: bool = True) -> AsyncIterator[aiosqlite.Connection]:
         # ``atomic`` aside: every write, even of one statement, takes the write lock.
-        try:
+        with _storage_errors():
             async with self._write_lock:
                 db = self._writer
                 await db.execute("BEGIN IMMEDIATE")
@@ -183,8 +182,6 @@ class SQLiteDialect:
                     with suppress(sqlite3.Error):
                         await db.execute("ROLLBACK")
                     raise
-        except sqlite3.Error as exc:
-            raise StorageError(f"SQLite: {exc}") from exc
 
     def _sql(self, name: str, args: Sequence[Any]) -> tuple[str, Sequence[Any]]:
         sql = self._q[name]
@@ -199,10 +196,8 @@ class SQLiteDialect:
         sql, params = self._sql(name, args)
         if parts is not None:
             sql = sql.format_map(parts)
-        try:
+        with _storage_errors():
             return await self._rows(self._gauges if gauges else self._reader, sql, params)
-        except sqlite3.Error as exc:
-            raise StorageError(f"SQLite: {exc}") from exc
 
     @staticmethod
     async def _rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Row]:
@@ -224,17 +219,11 @@ class SQLiteDialect:
         rows = await self.fetch(conn, name, *args)
         return rows[0][0] if rows else None
 
-    async def executemany(
-        self, conn: aiosqlite.Connection, name: str, rows: Iterable[Sequence[Any]]
-    ) -> None:
-        await conn.executemany(self._q[name], rows)
-
     async def insert_many(
         self, conn: aiosqlite.Connection, name: str, rows: Sequence[tuple[Any, ...]]
     ) -> None:
         # One prepared statement stepped per row, in-process: as fast as SQLite inserts.
-        if rows:
-            await conn.executemany(self._q[name], rows)
+        await self.executemany(conn, name, rows)
 
     def param(self, n: int) -> str:
         return f"?{n}"
@@ -265,31 +254,22 @@ class SQLiteDialect:
         return False
 
     # --- operations whose algorithm differs -------------------------------
-    async def claim(
-        self,
-        conn: aiosqlite.Connection,
-        *,
-        now: float,
-        limit: int,
-        owner: str,
-        lease_until: float,
-        exclude: Sequence[str],
-        due_since: float | None,
-    ) -> list[Row]:
+    async def claim(self, conn: aiosqlite.Connection, want: Claim) -> list[Row]:
         where = ""
-        params: list[Any] = [now]
-        if due_since is not None:
+        params: list[Any] = [want.now]
+        if want.due_since is not None:
             where += " AND next_attempt_at >= ?"
-            params.append(due_since)
-        if exclude:
-            where += f" AND destination_id NOT IN ({','.join('?' * len(exclude))})"
-            params.extend(exclude)
+            params.append(want.due_since)
+        if want.exclude:
+            where += f" AND destination_id NOT IN ({','.join('?' * len(want.exclude))})"
+            params.extend(want.exclude)
         # Selected, then leased: RETURNING would give the new next_attempt_at, and the
         # caller wants when each was due. The write lock keeps the two together.
         sql = self._q["claim_select"].replace("{where}", where)
-        claimed = await self._rows(conn, sql, (*params, limit))
+        claimed = await self._rows(conn, sql, (*params, want.limit))
         if claimed:
-            await self.execute(conn, "claim_lease", owner, lease_until, [r[0] for r in claimed])
+            ids = [r[0] for r in claimed]
+            await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)
         return claimed
 
     async def lock_for_attempts(
@@ -326,6 +306,15 @@ class SQLiteStore(SQLStore[SQLiteDialect]):
     def __init__(self, path: Path, *, box: SecretBox, busy_timeout: float = 5.0) -> None:
         super().__init__(SQLiteDialect(path, busy_timeout=busy_timeout), box=box)
         self.path = path
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """The one place where driver errors become StorageError."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StorageError(f"SQLite: {exc}") from exc
 
 
 def _filesystem_hint(path: Path) -> str:

@@ -30,7 +30,7 @@ from herald.model import (
     RelayPlan,
 )
 from herald.store.base import STALE_CATALOG, ApiKeyInfo, IdempotencyRecord, RelayProcessor
-from herald.store.dialect import Conn, Dialect
+from herald.store.dialect import Claim, Conn, Dialect
 from herald.store.rows import (
     attempt_from_row,
     attempt_to_row,
@@ -186,15 +186,8 @@ class SQLStore(Generic[D]):
     ) -> list[DueDelivery]:
         d = self.dialect
         async with d.tx() as c:
-            claimed = await d.claim(
-                c,
-                now=now,
-                limit=limit,
-                owner=owner,
-                lease_until=lease_until,
-                exclude=exclude_destinations,
-                due_since=due_since,
-            )
+            want = Claim(now, limit, owner, lease_until, exclude_destinations, due_since)
+            claimed = await d.claim(c, want)
             if not claimed:
                 return []
             events = {
