@@ -378,29 +378,28 @@ class SQLStore(Generic[D]):
         return replace(delivery, attempts=tuple(attempt_from_row(a) for a in attempts))
 
     def _filter_sql(self, flt: DeliveryFilter, params: list[Any]) -> str:
+        """``flt`` as SQL conditions on ``herald_deliveries d``, its values appended to
+        ``params``: built per call, as any combination of the fields may be set."""
         d = self.dialect
-
-        def arg(value: Any) -> str:
-            params.append(value)
-            return d.param(len(params))
-
+        # (column and operator, value, whether the value is a list of alternatives)
+        terms: tuple[tuple[str, Any, bool], ...] = (
+            ("d.tenant_id =", flt.tenant_id, False),
+            ("d.destination_id =", flt.destination_id, False),
+            ("d.status =", None if flt.status is None else flt.status.value, False),
+            ("d.event_type", flt.event_types, True),
+            ("d.created_at >=", flt.since, False),
+            ("d.created_at <", flt.until, False),
+            ("d.id", flt.ids, True),
+            ("d.kind =", None if flt.kind is None else flt.kind.value, False),
+        )
         clauses: list[str] = []
-        if flt.tenant_id is not None:
-            clauses.append(f"d.tenant_id = {arg(flt.tenant_id)}")
-        if flt.destination_id is not None:
-            clauses.append(f"d.destination_id = {arg(flt.destination_id)}")
-        if flt.status is not None:
-            clauses.append(f"d.status = {arg(flt.status.value)}")
-        if flt.event_types:
-            clauses.append(d.any_of("d.event_type", flt.event_types, params))
-        if flt.since is not None:
-            clauses.append(f"d.created_at >= {arg(flt.since)}")
-        if flt.until is not None:
-            clauses.append(f"d.created_at < {arg(flt.until)}")
-        if flt.ids:
-            clauses.append(d.any_of("d.id", flt.ids, params))
-        if flt.kind is not None:
-            clauses.append(f"d.kind = {arg(flt.kind.value)}")
+        for term, value, many in terms:
+            if many:
+                if value:
+                    clauses.append(d.any_of(term, value, params))
+            elif value is not None:
+                params.append(value)
+                clauses.append(f"{term} {d.param(len(params))}")
         return " AND ".join(clauses) or "1 = 1"
 
     async def list_deliveries(
