@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import herald.store
+from herald.store import rows
 from herald.store.base import load_migrations
 from herald.store.postgres import PostgresDialect
 from herald.store.queries import DIALECT_ONLY, load_queries, parse_queries
@@ -102,3 +103,24 @@ def test_blocks_parse_into_one_line_statements_without_comments() -> None:
 def test_a_broken_file_is_refused(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_queries(text)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_queries_read_and_write_the_columns_the_row_mappers_expect(dialect: str) -> None:
+    queries = load_queries(dialect)
+    expected = {
+        rows.DELIVERY_COLUMNS: ("get_delivery", "list_deliveries"),
+        rows.ATTEMPT_COLUMNS: ("attempts_of", "insert_attempts"),
+        rows.DESTINATION_COLUMNS: (
+            "all_destinations",
+            "get_destination",
+            "list_destinations",
+            "create_destination",
+        ),
+        rows.EVENT_COLUMNS: ("events_by_id", "get_event"),
+        rows.INSTANCE_COLUMNS: ("list_instances",),
+        rows.NEW_DELIVERY_COLUMNS: ("insert_deliveries",),
+    }
+    for columns, names in expected.items():
+        for name in names:
+            assert columns in queries[name], name
