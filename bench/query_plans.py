@@ -493,7 +493,7 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
 
     PostgreSQL: asyncpg's query logger on each of the pool's connections (it calls
     back soon after each statement: yield to the loop before reading). SQLite: the
-    store's three connections wrapped for the duration."""
+    three connections of the store's dialect wrapped for the duration."""
     from herald.store.postgres import PostgresStore
     from herald.store.sqlite import SQLiteStore
 
@@ -518,14 +518,15 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
             await each_connection(lambda conn: conn.remove_query_logger(note))
     elif isinstance(store, SQLiteStore):
         names = ("_w", "_r", "_g")
-        originals = {name: getattr(store, name) for name in names}
+        dialect = store.dialect
+        originals = {name: getattr(dialect, name) for name in names}
         for name, conn in originals.items():
-            setattr(store, name, _RecordingConnection(conn, sent))
+            setattr(dialect, name, _RecordingConnection(conn, sent))
         try:
             yield sent
         finally:
             for name, conn in originals.items():
-                setattr(store, name, conn)
+                setattr(dialect, name, conn)
     else:
         raise TypeError(f"cannot record the statements of {type(store).__name__}")
 

@@ -709,8 +709,9 @@ PURGE_EVENTS = (
     " WHERE e.ingested_at < {1} AND NOT EXISTS (SELECT 1 FROM herald_deliveries d"
     " WHERE d.event_id = e.id) LIMIT {2})"
 )
-# PostgreSQL (herald.store.postgres.purge): the events of the deliveries just deleted,
-# by id; then, at the end of a pass, the events no delivery ever used, oldest first.
+# PostgreSQL (PostgresDialect.purge_deliveries, queries purge_events_of and
+# purge_unused_events): the events of the deliveries just deleted, by id; then, at the
+# end of a pass, the events no delivery ever used, oldest first.
 PG_PURGE_EVENTS = (
     "DELETE FROM herald_events e WHERE e.id = ANY({1}) AND e.ingested_at < {2}"
     " AND NOT EXISTS (SELECT 1 FROM herald_deliveries d WHERE d.event_id = e.id)"

@@ -24,12 +24,12 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
 from herald.ids import new_id
+from herald.ingest import Reject, parse_row
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     DeliveryKind,
     DestinationStatus,
-    Event,
     NewDelivery,
     OutboxRow,
     Rejection,
@@ -37,78 +37,9 @@ from herald.model import (
 )
 from herald.retry import RetryPolicy, retry_storage
 from herald.store.base import STALE_CATALOG, Store
-from herald.timeutil import format_epoch, now, parse_timestamp
+from herald.timeutil import format_epoch, now
 
 log = structlog.get_logger("herald.relay")
-
-
-MAX_ID_LENGTH = 255
-
-
-class Reject(Exception):
-    """Why one outbox row cannot become an event (``code: detail``)."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-
-
-def _text(raw: bytes | None, name: str) -> str:
-    if raw is None:
-        raise Reject(f"missing_{name}", f"{name} is NULL")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Reject(f"invalid_{name}", f"{name} is not valid UTF-8 ({exc.reason})") from exc
-    if "\x00" in text:
-        raise Reject(f"invalid_{name}", f"{name} contains a NUL character")
-    return text
-
-
-def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
-    """Validate one raw outbox row into an event, or raise :class:`Reject`."""
-    event_id = _text(row.id, "id")
-    if not event_id.startswith("evt_") or len(event_id) <= 4:
-        raise Reject("invalid_id", f"id {event_id[:64]!r} must start with 'evt_'")
-    if len(event_id) > MAX_ID_LENGTH:
-        raise Reject("invalid_id", f"id is longer than {MAX_ID_LENGTH} characters")
-    tenant = _text(row.tenant_id, "tenant_id") if row.tenant_id is not None else DEFAULT_TENANT
-    if not tenant or len(tenant) > MAX_ID_LENGTH:
-        raise Reject("invalid_tenant_id", "tenant_id must be 1 to 255 characters")
-    type_ = _text(row.type, "type")
-    try:
-        validate_event_type(type_)
-    except ValueError as exc:
-        raise Reject("invalid_type", str(exc)) from exc
-    if row.data is None:
-        raise Reject("missing_data", "data is NULL")
-    if len(row.data) > max_payload_bytes:
-        raise Reject(
-            "payload_too_large",
-            f"data is {len(row.data)} bytes, over the {max_payload_bytes}-byte limit",
-        )
-    try:
-        data = orjson.loads(row.data)
-    except orjson.JSONDecodeError as exc:
-        raise Reject("invalid_json", f"data is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise Reject("invalid_data", f"data must be a JSON object, not {type(data).__name__}")
-    # The producer's own bytes go out, not a re-serialisation: a parser round
-    # trip would turn integers beyond 64 bits into floats and change the payload.
-    payload = row.data.strip()
-    created_raw = _text(row.created_at, "created_at")
-    try:
-        instant = parse_timestamp(created_raw)
-    except ValueError as exc:
-        raise Reject("invalid_created_at", str(exc)) from exc
-    return Event(
-        id=event_id,
-        tenant_id=tenant,
-        type=type_,
-        created_at=instant.text,
-        created_ts=instant.epoch,
-        data=payload,
-    )
 
 
 def _lossless(raw: bytes | None) -> str | None:

@@ -775,7 +775,7 @@ async def test_a_slow_gauge_count_never_holds_up_claims_or_catalog_checks(
         release.wait(10)
         return 0
 
-    gauges = store._gauges  # white box: hold the count inside SQLite
+    gauges = store.dialect._gauges  # white box: hold the count inside SQLite
     await gauges.set_progress_handler(stall, 1)
     counting = asyncio.create_task(store.delivery_counts(now=time.time()))
     try:

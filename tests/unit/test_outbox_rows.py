@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from herald.ingest import Reject, parse_row
 from herald.model import OutboxRow
-from herald.outbox import Reject, parse_row
 
 
 def row(**kw: bytes | None) -> OutboxRow:

@@ -1,8 +1,8 @@
 """The storage interface: everything the engine, service and CLI ask of a database.
 
-Narrow on purpose so that each backend (SQLite now, PostgreSQL next) is one
-implementation of this protocol. Operations that must be atomic are single
-methods; callers never hold a transaction open across awaits of their own.
+One implementation, :class:`~herald.store.sqlstore.SQLStore`, serves both databases
+(SQLite and PostgreSQL) through a small dialect. Operations that must be atomic are
+single methods; callers never hold a transaction open across awaits of their own.
 """
 
 from __future__ import annotations

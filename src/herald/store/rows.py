@@ -1,4 +1,7 @@
-"""Row layouts and mappers shared by the SQL backends (same columns in both)."""
+"""Row layouts and mappers shared by the SQL backends (same columns in both).
+
+The ``*_COLUMNS`` are the column orders the named queries of both dialects select
+and insert in; tests/unit/test_queries.py holds the two together."""
 
 from __future__ import annotations
 

@@ -1,0 +1,357 @@
+-- Herald's statements on PostgreSQL, by name (herald.store.queries). A list argument
+-- is one array parameter; the arguments are the same, in the same order, as SQLite's.
+
+-- migrations_table --
+CREATE TABLE IF NOT EXISTS herald_schema_migrations
+  (version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL)
+
+-- migration_lock --
+-- One migrator at a time when several instances start together
+SELECT pg_advisory_xact_lock(7236520173)
+
+-- migrations_done --
+SELECT version FROM herald_schema_migrations
+
+-- migration_applied --
+INSERT INTO herald_schema_migrations VALUES ($1, $2, $3)
+
+-- ping --
+SELECT value FROM herald_meta LIMIT 1
+
+-- schema_version --
+SELECT MAX(version) FROM herald_schema_migrations
+
+-- destinations_version --
+SELECT value FROM herald_meta WHERE key = 'destinations_version'
+
+-- bump_version --
+UPDATE herald_meta SET value = value + 1 WHERE key = 'destinations_version'
+
+-- relay_claim --
+-- Timestamps rendered the way SQLite stores them. Instants RFC 3339 cannot express keep
+-- a form the relay rejects: 'infinity' as such (to_char gives NULL), a BC date with its
+-- era (to_char gives the bare year)
+SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),
+  convert_to(data::text, 'UTF8'),
+  convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
+    ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8')
+FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
+
+-- relay_existing --
+SELECT id FROM herald_events WHERE id = ANY($1)
+
+-- relay_reject --
+INSERT INTO herald_outbox_rejected
+  (seq, id, tenant_id, type, data, created_at, reason, rejected_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (seq) DO UPDATE
+SET reason = EXCLUDED.reason, rejected_at = EXCLUDED.rejected_at
+
+-- relay_delete --
+-- The rows claimed: another relay may hold locked rows in between
+DELETE FROM herald_outbox WHERE seq = ANY($1)
+
+-- insert_events --
+-- One statement for the batch: a row-by-row executemany costs a round of parse, bind
+-- and execute messages per row
+INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+  $6::float8[], $7::float8[])
+
+-- destination_statuses --
+-- FOR SHARE: an activation or a delete waits for this transaction (and then sees its
+-- deliveries), or went first and is what this reads
+SELECT id, status FROM herald_destinations
+WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id FOR SHARE
+
+-- insert_deliveries --
+INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id, kind,
+  max_attempts, next_attempt_at, held, created_at, lease_owner, status, attempt_count,
+  updated_at)
+SELECT *, 'pending', 0, t.created_at FROM unnest($1::text[], $2::text[], $3::text[],
+  $4::text[], $5::text[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[],
+  $11::text[])
+AS t(id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,
+  next_attempt_at, held, created_at, lease_owner)
+
+-- insert_outbox --
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at)
+SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz
+WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = $1)
+
+-- event_exists --
+-- insert_outbox's NOT EXISTS read the snapshot before a relay's concurrent commit
+SELECT 1 FROM herald_events WHERE id = $1
+
+-- outbox_stats --
+-- '-infinity' is a timestamptz a producer can write: no epoch, no age
+SELECT COUNT(*), EXTRACT(EPOCH FROM MIN(created_at) FILTER (WHERE isfinite(created_at)))::float8
+FROM herald_outbox
+
+-- list_rejected --
+SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at
+FROM herald_outbox_rejected ORDER BY seq DESC LIMIT $1
+
+-- outbox_event --
+SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),
+  convert_to(data::text, 'UTF8'),
+  convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
+    ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8')
+FROM herald_outbox WHERE id = $1 AND tenant_id = $2
+
+-- claim --
+-- The subquery's next_attempt_at is the old one: when each was due. {since}: the
+-- due_since bound ($6), when given
+UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
+FROM (SELECT id, next_attempt_at FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
+  AND NOT (destination_id = ANY($4::text[]))
+  ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
+WHERE d.id = s.id
+RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.event_id,
+  s.next_attempt_at
+
+-- events_by_id --
+SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
+WHERE id = ANY($1)
+
+-- renew_leases --
+UPDATE herald_deliveries SET next_attempt_at = $1
+WHERE id = ANY($3) AND lease_owner = $2 AND status = 'pending'
+
+-- lock_destinations --
+-- Lock order is destination, then its deliveries, as in delete and update
+SELECT 1 FROM herald_destinations WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
+
+-- insert_attempts --
+INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, outcome,
+  response_status, error, response_excerpt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING
+
+-- finish_attempts --
+-- Only a still-pending delivery moves on: one deleted meanwhile keeps its final state
+UPDATE herald_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3,
+  lease_owner = NULL, updated_at = $4, last_attempt_id = $5
+WHERE id = $6 AND status = 'pending'
+
+-- activate_destination --
+-- Only the current verification counts: it succeeded, and no later ping was sent
+-- (ids are time-ordered), so an attempt in flight when the target changed cannot verify
+UPDATE herald_destinations SET status = 'active',
+  updated_at = GREATEST($1, updated_at + 0.000001)
+WHERE id = $2 AND status = 'pending_verification' AND deleted_at IS NULL
+  AND EXISTS (SELECT 1 FROM herald_deliveries WHERE id = $3 AND status = 'success'
+    AND kind = 'verification')
+  AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = $2
+    AND kind = 'verification' AND id > $3)
+
+-- set_held --
+UPDATE herald_deliveries SET held = $1 WHERE destination_id = $2
+  AND status = 'pending' AND kind = 'event' AND held = $3
+
+-- next_due_at --
+SELECT MIN(next_attempt_at) FROM herald_deliveries WHERE status = 'pending' AND held = 0
+
+-- release_leases --
+UPDATE herald_deliveries SET next_attempt_at = $1, lease_owner = NULL
+WHERE status = 'pending' AND lease_owner = $2
+
+-- release_all_leases --
+UPDATE herald_deliveries SET next_attempt_at = $1, lease_owner = NULL
+WHERE status = 'pending' AND lease_owner IS NOT NULL
+
+-- heartbeat --
+-- xmax is set when the row was updated, not inserted
+INSERT INTO herald_instances AS i VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+RETURNING (xmax <> 0)
+
+-- reap_delete --
+-- Peers reaping at the same time wait on these row locks; one of them wins
+DELETE FROM herald_instances WHERE heartbeat_at < $1 RETURNING id
+
+-- reap_release --
+WITH leased AS (SELECT id, lease_owner FROM herald_deliveries
+  WHERE status = 'pending' AND lease_owner = ANY($2::text[]) FOR UPDATE)
+UPDATE herald_deliveries d SET next_attempt_at = $1, lease_owner = NULL
+FROM leased WHERE d.id = leased.id RETURNING leased.lease_owner
+
+-- list_instances --
+SELECT id, hostname, pid, version, started_at, heartbeat_at FROM herald_instances
+ORDER BY started_at, id
+
+-- remove_instance --
+DELETE FROM herald_instances WHERE id = $1
+
+-- delivery_counts --
+-- Three range counts on the pending index rather than a GROUP BY on an expression over
+-- every pending row
+SELECT (SELECT COUNT(*) FROM herald_deliveries
+    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $1),
+  (SELECT COUNT(*) FROM herald_deliveries
+    WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1),
+  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1)
+
+-- destination_counts --
+SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL GROUP BY 1, 2
+
+-- all_destinations --
+SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
+  deleted_at
+FROM herald_destinations WHERE deleted_at IS NULL
+
+-- create_destination --
+INSERT INTO herald_destinations (id, tenant_id, name, type, config, secrets, events, status,
+  created_at, updated_at, deleted_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+
+-- update_destination --
+-- $9: the updated_at the caller read (optimistic concurrency), or NULL to write anyway
+UPDATE herald_destinations SET name = $1, type = $2, config = $3, secrets = $4, events = $5,
+  status = $6, updated_at = $7
+WHERE id = $8 AND deleted_at IS NULL AND ($9::float8 IS NULL OR updated_at = $9)
+
+-- fail_verifications --
+-- A new verification supersedes the pending one
+UPDATE herald_deliveries SET status = 'failure', next_attempt_at = NULL, lease_owner = NULL,
+  updated_at = $1
+WHERE destination_id = $2 AND kind = 'verification' AND status = 'pending'
+
+-- get_destination --
+SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
+  deleted_at
+FROM herald_destinations WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+
+-- list_destinations --
+SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
+  deleted_at
+FROM herald_destinations WHERE tenant_id = $1 AND deleted_at IS NULL
+  AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
+  AND ($4::text IS NULL OR id < $4)
+ORDER BY id DESC LIMIT $5
+
+-- delete_destination --
+UPDATE herald_destinations SET deleted_at = $1, updated_at = $1
+WHERE id = $2 AND tenant_id = $3 AND deleted_at IS NULL
+
+-- fail_deliveries_of --
+UPDATE herald_deliveries SET status = 'failure', next_attempt_at = NULL, lease_owner = NULL,
+  updated_at = $1
+WHERE destination_id = $2 AND status = 'pending'
+
+-- get_delivery --
+SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
+  d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
+  a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
+  a.response_excerpt
+FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
+WHERE d.id = $1 AND ($2::text IS NULL OR d.tenant_id = $2)
+
+-- attempts_of --
+SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,
+  response_excerpt
+FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
+
+-- list_deliveries --
+-- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
+SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
+  d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
+  a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
+  a.response_excerpt
+FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
+WHERE {where} ORDER BY d.id DESC LIMIT {limit}
+
+-- count_deliveries --
+SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
+
+-- requeue --
+-- Finished deliveries get $1 more attempts; deleted destinations and pings are left alone
+UPDATE herald_deliveries d SET
+  max_attempts = CASE WHEN d.status = 'pending' THEN d.max_attempts
+    ELSE d.attempt_count + $1 END,
+  status = 'pending', next_attempt_at = $2, lease_owner = NULL, updated_at = $2,
+  held = CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
+FROM herald_destinations t
+WHERE t.id = d.destination_id AND t.deleted_at IS NULL
+  AND d.id = ANY($3) AND d.kind = 'event' AND d.lease_owner IS NULL
+
+-- get_event --
+SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
+WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+
+-- expire_rate_windows --
+DELETE FROM herald_rate_limits WHERE window_no < $1
+
+-- count_request --
+INSERT INTO herald_rate_limits (tenant_id, window_no, count) VALUES ($1, $2, 1)
+ON CONFLICT (tenant_id, window_no)
+DO UPDATE SET count = herald_rate_limits.count + 1 RETURNING count
+
+-- idempotency_expire --
+DELETE FROM herald_idempotency WHERE created_at < $1
+
+-- idempotency_reserve --
+INSERT INTO herald_idempotency (tenant_id, key, fingerprint, created_at)
+VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1
+
+-- idempotency_get --
+SELECT fingerprint, status, body FROM herald_idempotency WHERE tenant_id = $1 AND key = $2
+
+-- idempotency_finish --
+UPDATE herald_idempotency SET status = $1, body = $2 WHERE tenant_id = $3 AND key = $4
+
+-- idempotency_abort --
+DELETE FROM herald_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL
+
+-- purge_select --
+SELECT id FROM herald_deliveries WHERE status <> 'pending' AND updated_at < $1
+ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
+
+-- purge_attempts --
+DELETE FROM herald_attempts WHERE delivery_id = ANY($1)
+
+-- purge_deliveries --
+DELETE FROM herald_deliveries WHERE id = ANY($1) RETURNING event_id
+
+-- purge_events_of --
+-- The events of the deliveries just deleted, unless another still uses them: index
+-- probes. (A NOT EXISTS over all old events was planned as a hash anti-join of both
+-- whole tables: 1.3 s a batch at 1 M rows.)
+DELETE FROM herald_events e WHERE e.id = ANY($1) AND e.ingested_at < $2
+  AND NOT EXISTS (SELECT 1 FROM herald_deliveries d WHERE d.event_id = e.id)
+
+-- jit_off --
+-- The row estimate of purge_unused_events is poor, and JIT only costs
+SET LOCAL jit = off
+
+-- purge_unused_events --
+-- Events that never had a delivery (no subscriber), oldest first, each probed on its own
+DELETE FROM herald_events WHERE id IN (SELECT e.id FROM herald_events e
+  WHERE e.ingested_at < $1 AND (SELECT 1 FROM herald_deliveries d
+    WHERE d.event_id = e.id LIMIT 1) IS NULL ORDER BY e.ingested_at LIMIT $2)
+
+-- purge_rejected --
+DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_rejected
+  WHERE rejected_at < $1 LIMIT $2)
+
+-- create_api_key --
+INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at) VALUES ($1, $2, $3, $4)
+
+-- tenant_for_key --
+SELECT tenant_id FROM herald_api_keys WHERE hash = $1 AND revoked_at IS NULL
+
+-- list_api_keys --
+SELECT hash, tenant_id, hint, created_at, revoked_at FROM herald_api_keys
+WHERE tenant_id = $1 ORDER BY created_at DESC, hash
+
+-- revoke_api_keys --
+UPDATE herald_api_keys SET revoked_at = $1
+WHERE tenant_id = $2 AND left(hash, $3) = $4 AND revoked_at IS NULL
+
+-- reencrypt_select --
+-- FOR UPDATE: a concurrent update of one of these rows waits for this batch
+SELECT id, secrets FROM herald_destinations WHERE id > $1 ORDER BY id LIMIT $2 FOR UPDATE
+
+-- reencrypt_update --
+UPDATE herald_destinations SET secrets = $1 WHERE id = $2

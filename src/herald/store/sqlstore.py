@@ -1,0 +1,516 @@
+"""Every store operation, once, over a :class:`~herald.store.dialect.Dialect`.
+
+The statements are the dialect's named queries (``store/sql/<dialect>/queries.sql``),
+called with the same arguments on both databases; what differs (connections,
+transactions, list parameters, a few whole algorithms) is the dialect's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any, Generic, TypeVar
+
+from herald.crypto import SecretBox
+from herald.errors import Conflict, StorageError
+from herald.ingest import Reject, parse_row
+from herald.model import (
+    AttemptRecord,
+    Delivery,
+    DeliveryFilter,
+    DeliveryKind,
+    Destination,
+    DestinationStatus,
+    DueDelivery,
+    Event,
+    Instance,
+    NewDelivery,
+    OutboxRow,
+    RelayPlan,
+)
+from herald.store.base import STALE_CATALOG, ApiKeyInfo, IdempotencyRecord, RelayProcessor
+from herald.store.dialect import Claim, Conn, Dialect
+from herald.store.rows import (
+    attempt_from_row,
+    attempt_to_row,
+    delivery_from_row,
+    destination_from_row,
+    destination_to_row,
+    event_from_row,
+    instance_from_row,
+    instance_to_row,
+    new_delivery_rows,
+    reencrypt_rows,
+)
+
+D = TypeVar("D", bound=Dialect)
+
+_REJECTED_KEYS = ("seq", "id", "tenant_id", "type", "data", "created_at", "reason", "rejected_at")
+
+
+class SQLStore(Generic[D]):
+    """The :class:`~herald.store.base.Store` of a SQL database."""
+
+    def __init__(self, dialect: D, *, box: SecretBox) -> None:
+        self.dialect = dialect
+        self.shared = dialect.shared
+        self._box = box
+        # After a relay pass that found the outbox empty, the next one first looks with
+        # a plain read where the dialect wants it (SQLite: no lock in WAL mode) and
+        # writes only when there are rows: an idle relay polls often, and must not
+        # hold up a producer's transaction 50 times a second.
+        self._outbox_idle = False
+
+    # --- lifecycle --------------------------------------------------------
+    async def open(self) -> None:
+        await self.dialect.open()
+
+    async def close(self) -> None:
+        await self.dialect.close()
+
+    async def ping(self) -> None:
+        await self.dialect.ping()
+
+    async def schema_version(self) -> int:
+        rows = await self.dialect.read("schema_version")
+        return int(rows[0][0] or 0)
+
+    # --- outbox -----------------------------------------------------------
+    async def relay(
+        self, limit: int, process: RelayProcessor, *, destinations_version: int | None = None
+    ) -> tuple[RelayPlan, int]:
+        d = self.dialect
+        if self._outbox_idle and not await d.read("outbox_any"):
+            return RelayPlan(), 0
+        self._outbox_idle = False
+        async with d.tx() as c:
+            if destinations_version is not None:
+                current = await d.fetchval(c, "destinations_version")
+                if int(current) != destinations_version:
+                    return RelayPlan(), STALE_CATALOG
+            rows = [OutboxRow(*r) for r in await d.fetch(c, "relay_claim", limit)]
+            if not rows:
+                self._outbox_idle = d.idle_read
+                return RelayPlan(), 0
+            ids = [r.id.decode("utf-8", "replace") for r in rows if r.id is not None]
+            existing = {r[0] for r in await d.fetch(c, "relay_existing", ids)}
+            plan = process(rows, existing)
+            now = time.time()
+            await self._insert_events(c, plan.events, now)
+            plan.leased = await self._insert_deliveries(c, plan.deliveries, now)
+            if plan.rejected:
+                await d.executemany(
+                    c,
+                    "relay_reject",
+                    [
+                        (r.seq, r.id, r.tenant_id, r.type, r.data, r.created_at, r.reason, now)
+                        for r in plan.rejected
+                    ],
+                )
+            await d.execute(c, "relay_delete", *d.outbox_delete_args(rows))
+            return plan, len(rows)
+
+    async def _insert_events(self, c: Conn, events: Iterable[Event], now: float) -> None:
+        await self.dialect.insert_many(
+            c,
+            "insert_events",
+            [
+                (e.id, e.tenant_id, e.type, e.data.decode(), e.created_at, e.created_ts, now)
+                for e in events
+            ],
+        )
+
+    async def _insert_deliveries(
+        self, c: Conn, rows: Sequence[NewDelivery], now: float
+    ) -> list[str]:
+        """Store ``rows``; returns the ids stored leased (see :func:`new_delivery_rows`).
+        The statuses are read once per call, inside the caller's write transaction."""
+        if not rows:
+            return []
+        dest_ids = list({d.destination_id for d in rows})
+        statuses: dict[str, str] = {
+            r[0]: r[1] for r in await self.dialect.fetch(c, "destination_statuses", dest_ids)
+        }
+        values, leased = new_delivery_rows(rows, statuses, now)
+        await self.dialect.insert_many(c, "insert_deliveries", values)
+        return leased
+
+    async def insert_outbox(
+        self, *, id: str, tenant_id: str, type: str, data: bytes, created_at: str
+    ) -> None:
+        d = self.dialect
+        exists = Conflict(f"event {id} already exists", field="id", code="event_exists")
+        try:
+            async with d.tx() as c:
+                inserted = await d.execute(
+                    c, "insert_outbox", id, tenant_id, type, data.decode(), created_at
+                )
+                # With concurrent writers, the relay may move an outbox row with this id
+                # to herald_events while the INSERT runs: its NOT EXISTS read the older
+                # snapshot. A new statement sees that commit; finding the event, roll back.
+                if not inserted or (d.shared and await d.fetchval(c, "event_exists", id)):
+                    raise exists
+        except StorageError as exc:
+            if d.is_unique_violation(exc.__cause__):
+                raise exists from exc.__cause__
+            raise
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        count, oldest = (await self.dialect.read("outbox_stats", gauges=True))[0]
+        return int(count), self.dialect.oldest_epoch(oldest)
+
+    async def list_rejected(self, *, limit: int) -> list[dict[str, object]]:
+        rows = await self.dialect.read("list_rejected", limit)
+        return [dict(zip(_REJECTED_KEYS, row, strict=True)) for row in rows]
+
+    async def get_outbox_event(self, tenant_id: str, event_id: str) -> Event | None:
+        rows = await self.dialect.read("outbox_event", event_id, tenant_id)
+        if not rows:
+            return None
+        try:
+            return parse_row(OutboxRow(*rows[0]), max_payload_bytes=1 << 62)
+        except Reject:
+            return None
+
+    # --- dispatch ---------------------------------------------------------
+    async def claim_due(
+        self,
+        *,
+        now: float,
+        limit: int,
+        owner: str,
+        lease_until: float,
+        exclude_destinations: Sequence[str] = (),
+        due_since: float | None = None,
+    ) -> list[DueDelivery]:
+        d = self.dialect
+        async with d.tx() as c:
+            want = Claim(now, limit, owner, lease_until, exclude_destinations, due_since)
+            claimed = await d.claim(c, want)
+            if not claimed:
+                return []
+            events = {
+                r[0]: event_from_row(r)
+                for r in await d.fetch(c, "events_by_id", list({r[5] for r in claimed}))
+            }
+        return [
+            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5]], r[6])
+            for r in claimed
+        ]
+
+    async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:
+        if not ids:
+            return 0
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.execute(c, "renew_leases", until, owner, list(ids))
+
+    async def watch_outbox(self, callback: Callable[[], None]) -> bool:
+        return await self.dialect.watch_outbox(callback)
+
+    async def record_attempts(self, records: Sequence[AttemptRecord]) -> None:
+        if not records:
+            return
+        d = self.dialect
+        now = time.time()
+        async with d.tx() as c:
+            await d.lock_for_attempts(c, records)
+            await d.executemany(c, "insert_attempts", [attempt_to_row(r.attempt) for r in records])
+            await d.executemany(
+                c,
+                "finish_attempts",
+                [
+                    (
+                        r.status.value,
+                        r.attempt.number,
+                        r.next_attempt_at,
+                        now,
+                        r.attempt.id,
+                        r.attempt.delivery_id,
+                    )
+                    for r in records
+                ],
+            )
+            for r in records:
+                if r.activates_destination is not None:
+                    await self._activate_if_pending(
+                        c, r.activates_destination, r.attempt.delivery_id, now
+                    )
+
+    async def _activate_if_pending(
+        self, c: Conn, dest_id: str, delivery_id: str, now: float
+    ) -> None:
+        if await self.dialect.execute(c, "activate_destination", now, dest_id, delivery_id):
+            await self._set_held(c, dest_id, held=False)
+            await self.dialect.execute(c, "bump_version")
+
+    async def _set_held(self, c: Conn, dest_id: str, *, held: bool) -> None:
+        await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))
+
+    async def next_due_at(self) -> float | None:
+        value = (await self.dialect.read("next_due_at"))[0][0]
+        return None if value is None else float(value)
+
+    async def release_leases(self, *, owner: str | None, now: float) -> int:
+        async with self.dialect.tx(atomic=False) as c:
+            if owner is None:
+                return await self.dialect.execute(c, "release_all_leases", now)
+            return await self.dialect.execute(c, "release_leases", now, owner)
+
+    async def delivery_counts(self, *, now: float) -> dict[str, int]:
+        rows = await self.dialect.read("delivery_counts", now, gauges=True)
+        due, scheduled, held = (int(v) for v in rows[0])
+        return {"due": due, "scheduled_retry": scheduled, "held": held}
+
+    # --- instances --------------------------------------------------------
+    async def heartbeat(self, instance: Instance, *, now: float) -> bool:
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.heartbeat(c, instance_to_row(instance, heartbeat_at=now))
+
+    async def reap_instances(self, *, stale_before: float, now: float) -> dict[str, int]:
+        async with self.dialect.tx() as c:
+            return await self.dialect.reap(c, stale_before=stale_before, now=now)
+
+    async def list_instances(self) -> list[Instance]:
+        return [instance_from_row(r) for r in await self.dialect.read("list_instances")]
+
+    async def remove_instance(self, instance_id: str) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "remove_instance", instance_id)
+
+    # --- destinations -----------------------------------------------------
+    async def destinations_version(self) -> int:
+        return int((await self.dialect.read("destinations_version"))[0][0])
+
+    async def destination_counts(self) -> list[tuple[str, str, int]]:
+        rows = await self.dialect.read("destination_counts", gauges=True)
+        return [(str(t), str(s), int(n)) for t, s, n in rows]
+
+    async def all_destinations(self) -> list[Destination]:
+        rows = await self.dialect.read("all_destinations")
+        return [destination_from_row(r, self._box) for r in rows]
+
+    async def create_destination(
+        self, dest: Destination, *, verification: tuple[Event, NewDelivery] | None
+    ) -> None:
+        row = destination_to_row(dest, self._box)
+        async with self.dialect.tx() as c:
+            await self.dialect.execute(c, "create_destination", *row)
+            if verification is not None:
+                await self._insert_events(c, [verification[0]], dest.created_at)
+                await self._insert_deliveries(c, [verification[1]], dest.created_at)
+            await self.dialect.execute(c, "bump_version")
+
+    async def update_destination(
+        self,
+        dest: Destination,
+        *,
+        verification: tuple[Event, NewDelivery] | None = None,
+        expected_updated_at: float | None = None,
+    ) -> bool:
+        d = self.dialect
+        row = destination_to_row(dest, self._box)
+        async with d.tx() as c:
+            written = await d.execute(
+                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at
+            )
+            if not written:
+                return False
+            await self._set_held(c, dest.id, held=dest.status != DestinationStatus.ACTIVE)
+            if verification is not None:
+                await d.execute(c, "fail_verifications", dest.updated_at, dest.id)
+                await self._insert_events(c, [verification[0]], dest.updated_at)
+                await self._insert_deliveries(c, [verification[1]], dest.updated_at)
+            await d.execute(c, "bump_version")
+            return True
+
+    async def get_destination(self, tenant_id: str | None, dest_id: str) -> Destination | None:
+        rows = await self.dialect.read("get_destination", dest_id, tenant_id)
+        return destination_from_row(rows[0], self._box) if rows else None
+
+    async def list_destinations(
+        self,
+        *,
+        tenant_id: str,
+        status: DestinationStatus | None,
+        type: str | None,
+        before_id: str | None,
+        limit: int,
+    ) -> list[Destination]:
+        rows = await self.dialect.read(
+            "list_destinations",
+            tenant_id,
+            None if status is None else status.value,
+            type,
+            before_id,
+            limit,
+        )
+        return [destination_from_row(r, self._box) for r in rows]
+
+    async def delete_destination(self, tenant_id: str, dest_id: str, *, now: float) -> bool:
+        d = self.dialect
+        async with d.tx() as c:
+            if not await d.execute(c, "delete_destination", now, dest_id, tenant_id):
+                return False
+            await d.execute(c, "fail_deliveries_of", now, dest_id)
+            await d.execute(c, "bump_version")
+            return True
+
+    # --- deliveries and events --------------------------------------------
+    async def insert_deliveries(
+        self, events: Sequence[Event], deliveries: Sequence[NewDelivery]
+    ) -> None:
+        async with self.dialect.tx() as c:
+            now = time.time()
+            await self._insert_events(c, events, now)
+            await self._insert_deliveries(c, deliveries, now)
+
+    async def get_delivery(
+        self, tenant_id: str | None, delivery_id: str, *, with_attempts: bool
+    ) -> Delivery | None:
+        rows = await self.dialect.read("get_delivery", delivery_id, tenant_id)
+        if not rows:
+            return None
+        delivery = delivery_from_row(rows[0])
+        if not with_attempts:
+            return delivery
+        attempts = await self.dialect.read("attempts_of", delivery_id)
+        return replace(delivery, attempts=tuple(attempt_from_row(a) for a in attempts))
+
+    def _filter_sql(self, flt: DeliveryFilter, params: list[Any]) -> str:
+        """``flt`` as SQL conditions on ``herald_deliveries d``, its values appended to
+        ``params``: built per call, as any combination of the fields may be set."""
+        d = self.dialect
+        # (column and operator, value, whether the value is a list of alternatives)
+        terms: tuple[tuple[str, Any, bool], ...] = (
+            ("d.tenant_id =", flt.tenant_id, False),
+            ("d.destination_id =", flt.destination_id, False),
+            ("d.status =", None if flt.status is None else flt.status.value, False),
+            ("d.event_type", flt.event_types, True),
+            ("d.created_at >=", flt.since, False),
+            ("d.created_at <", flt.until, False),
+            ("d.id", flt.ids, True),
+            ("d.kind =", None if flt.kind is None else flt.kind.value, False),
+        )
+        clauses: list[str] = []
+        for term, value, many in terms:
+            if many:
+                if value:
+                    clauses.append(d.any_of(term, value, params))
+            elif value is not None:
+                params.append(value)
+                clauses.append(f"{term} {d.param(len(params))}")
+        return " AND ".join(clauses) or "1 = 1"
+
+    async def list_deliveries(
+        self, flt: DeliveryFilter, *, before_id: str | None, limit: int
+    ) -> list[Delivery]:
+        params: list[Any] = []
+        where = self._filter_sql(flt, params)
+        if before_id is not None:
+            params.append(before_id)
+            where += f" AND d.id < {self.dialect.param(len(params))}"
+        params.append(limit)
+        limit_arg = self.dialect.param(len(params))
+        rows = await self.dialect.read(
+            "list_deliveries", *params, parts={"where": where, "limit": limit_arg}
+        )
+        return [delivery_from_row(r) for r in rows]
+
+    async def count_deliveries(self, flt: DeliveryFilter) -> int:
+        params: list[Any] = []
+        where = self._filter_sql(flt, params)
+        rows = await self.dialect.read("count_deliveries", *params, parts={"where": where})
+        return int(rows[0][0])
+
+    async def requeue(self, ids: Sequence[str], *, now: float, max_retries: int) -> int:
+        if not ids:
+            return 0
+        async with self.dialect.tx() as c:
+            return await self.dialect.execute(c, "requeue", max_retries + 1, now, list(ids))
+
+    async def get_event(self, tenant_id: str | None, event_id: str) -> Event | None:
+        rows = await self.dialect.read("get_event", event_id, tenant_id)
+        return event_from_row(rows[0]) if rows else None
+
+    # --- API rate limit ---------------------------------------------------
+    async def count_request(self, *, tenant_id: str, window_no: int, expire: bool) -> int:
+        d = self.dialect
+        async with d.tx(atomic=False) as c:
+            if expire:
+                await d.execute(c, "expire_rate_windows", window_no)
+            return int(await d.fetchval(c, "count_request", tenant_id, window_no))
+
+    # --- idempotency ------------------------------------------------------
+    async def idempotency_begin(
+        self, *, tenant_id: str, key: str, fingerprint: str, now: float, ttl: float
+    ) -> IdempotencyRecord | None:
+        d = self.dialect
+        async with d.tx() as c:
+            await d.execute(c, "idempotency_expire", now - ttl)
+            if await d.fetchval(c, "idempotency_reserve", tenant_id, key, fingerprint, now):
+                return None
+            row = await d.fetchrow(c, "idempotency_get", tenant_id, key)
+        if row is None:  # expired and deleted between the two statements
+            return None
+        return IdempotencyRecord(row[0], row[1], None if row[2] is None else bytes(row[2]))
+
+    async def idempotency_finish(
+        self, *, tenant_id: str, key: str, status: int, body: bytes
+    ) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "idempotency_finish", status, body, tenant_id, key)
+
+    async def idempotency_abort(self, *, tenant_id: str, key: str) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "idempotency_abort", tenant_id, key)
+
+    async def purge(self, *, before: float, limit: int) -> int:
+        d = self.dialect
+        async with d.tx() as c:
+            ids = [r[0] for r in await d.fetch(c, "purge_select", before, limit)]
+            if ids:
+                await d.execute(c, "purge_attempts", ids)
+            await d.purge_deliveries(c, ids, before=before, limit=limit)
+            await d.execute(c, "purge_rejected", before, limit)
+            return len(ids)
+
+    # --- API keys ---------------------------------------------------------
+    async def create_api_key(self, *, key_hash: str, tenant_id: str, hint: str, now: float) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "create_api_key", key_hash, tenant_id, hint, now)
+
+    async def tenant_for_key(self, key_hash: str) -> str | None:
+        rows = await self.dialect.read("tenant_for_key", key_hash)
+        return str(rows[0][0]) if rows else None
+
+    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
+        return [ApiKeyInfo(*row) for row in await self.dialect.read("list_api_keys", tenant_id)]
+
+    async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.execute(
+                c, "revoke_api_keys", now, tenant_id, len(hash_prefix), hash_prefix
+            )
+
+    # --- key rotation -----------------------------------------------------
+    async def reencrypt_secrets(
+        self, *, after_id: str | None, limit: int
+    ) -> tuple[int, int, str | None]:
+        d = self.dialect
+        async with d.tx() as c:
+            rows = await d.fetch(c, "reencrypt_select", after_id or "", limit)
+            changed = reencrypt_rows(rows, self._box)
+            if changed:
+                await d.executemany(c, "reencrypt_update", changed)
+        return len(rows), len(changed), (str(rows[-1][0]) if rows else None)
+
+
+def check_migrations(known: list[tuple[int, str, str]], done: set[int]) -> None:
+    """Refuse a database migrated by a newer Herald than this one."""
+    newest = max((v for v, _, _ in known), default=0)
+    if done and max(done) > newest:
+        raise StorageError(
+            f"database schema version {max(done)} is newer than this Herald ({newest});"
+            " upgrade Herald"
+        )

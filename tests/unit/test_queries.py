@@ -1,0 +1,126 @@
+"""The named queries of ``store/sql/<dialect>/queries.sql`` and the code that runs them."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import herald.store
+from herald.store import rows
+from herald.store.base import load_migrations
+from herald.store.postgres import PostgresDialect
+from herald.store.queries import DIALECT_ONLY, load_queries, parse_queries
+from herald.store.sqlite import SQLiteDialect
+
+STORE = Path(herald.store.__file__).parent
+DIALECTS = ("sqlite", "postgres")
+RUNNERS = {"read", "execute", "fetch", "fetchrow", "fetchval", "executemany", "insert_many"}
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+GUARDED = {"outbox_any": "idle_read", "event_exists": "shared"}
+"""Dialect-only queries the shared code runs only when the dialect's flag is set."""
+
+
+def used_names(module: Path) -> set[str]:
+    """Query names a module passes to the dialect's runners or looks up in ``_q`` (raw
+    statements sent to the driver itself, such as ``BEGIN IMMEDIATE``, are not names)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in RUNNERS:
+                names.update(
+                    a.value
+                    for a in node.args[:2]
+                    if isinstance(a, ast.Constant)
+                    and isinstance(a.value, str)
+                    and NAME.fullmatch(a.value)
+                )
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "_q"
+            and isinstance(node.slice, ast.Constant)
+        ):
+            names.add(str(node.slice.value))
+    return names
+
+
+def arity(sql: str) -> int:
+    """Arguments a query takes: its highest numbered placeholder (SQLite's {ids} list
+    is one argument, the last)."""
+    numbers = [int(n) for n in re.findall(r"[?$](\d+)", sql)]
+    return max(numbers, default=0) + ("{ids}" in sql)
+
+
+def test_both_dialects_define_the_same_queries_but_their_own() -> None:
+    sqlite, postgres = set(load_queries("sqlite")), set(load_queries("postgres"))
+    assert sqlite - postgres == DIALECT_ONLY["sqlite"]
+    assert postgres - sqlite == DIALECT_ONLY["postgres"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_query_the_code_runs_exists_and_every_query_is_run(dialect: str) -> None:
+    used = used_names(STORE / "sqlstore.py") | used_names(STORE / f"{dialect}.py")
+    defined = set(load_queries(dialect))
+    missing = used - defined
+    assert missing <= set(GUARDED)
+    cls = {"sqlite": SQLiteDialect, "postgres": PostgresDialect}[dialect]
+    assert [name for name in missing if getattr(cls, GUARDED[name])] == []
+    assert defined - used == set()
+
+
+def test_shared_queries_take_the_same_arguments_on_both() -> None:
+    sqlite, postgres = load_queries("sqlite"), load_queries("postgres")
+    # relay_delete: a seq range on SQLite, the claimed seqs on PostgreSQL (outbox_delete_args).
+    for name in sorted((set(sqlite) & set(postgres)) - {"relay_delete"}):
+        assert arity(sqlite[name]) == arity(postgres[name]), name
+
+
+def test_queries_sql_is_not_a_migration() -> None:
+    for dialect in DIALECTS:
+        assert (STORE / "sql" / dialect / "queries.sql").is_file()
+        assert all(name[:4].isdigit() for _, name, _ in load_migrations(dialect))
+
+
+def test_blocks_parse_into_one_line_statements_without_comments() -> None:
+    text = (
+        "-- preamble, not a query\n\n"
+        "-- first --\n-- what it does\nSELECT 1\n  FROM t -- why\n  WHERE a = ?1;\n\n"
+        "-- second --\nDELETE FROM t\n"
+    )
+    assert parse_queries(text) == {
+        "first": "SELECT 1 FROM t WHERE a = ?1",
+        "second": "DELETE FROM t",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("-- a --\nSELECT 1\n-- a --\nSELECT 2\n", "twice"), ("-- a --\n-- nothing\n", "empty")],
+)
+def test_a_broken_file_is_refused(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_queries(text)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_queries_read_and_write_the_columns_the_row_mappers_expect(dialect: str) -> None:
+    queries = load_queries(dialect)
+    expected = {
+        rows.DELIVERY_COLUMNS: ("get_delivery", "list_deliveries"),
+        rows.ATTEMPT_COLUMNS: ("attempts_of", "insert_attempts"),
+        rows.DESTINATION_COLUMNS: (
+            "all_destinations",
+            "get_destination",
+            "list_destinations",
+            "create_destination",
+        ),
+        rows.EVENT_COLUMNS: ("events_by_id", "get_event"),
+        rows.INSTANCE_COLUMNS: ("list_instances",),
+        rows.NEW_DELIVERY_COLUMNS: ("insert_deliveries",),
+    }
+    for columns, names in expected.items():
+        for name in names:
+            assert columns in queries[name], name
