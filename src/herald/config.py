@@ -7,9 +7,11 @@ message that names each offending key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -26,6 +28,24 @@ ENV_PREFIX = "HERALD_"
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _each_parses(
+    values: tuple[str, ...], parse: Callable[[str], object], what: str
+) -> tuple[str, ...]:
+    for value in values:
+        try:
+            parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not {what}") from exc
+    return values
+
+
+def _check_key(key: SecretStr, *, where: str = "") -> None:
+    try:
+        parse_key(key.get_secret_value())
+    except ConfigError as exc:
+        raise ValueError(f"{where}{exc.message}") from None
 
 
 class DatabaseSettings(_Section):
@@ -150,12 +170,7 @@ class DeliverySettings(_Section):
     @field_validator("webhook_source_addresses")
     @classmethod
     def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for address in value:
-            try:
-                ipaddress.ip_address(address)
-            except ValueError as exc:
-                raise ValueError(f"{address!r} is not an IP address") from exc
-        return value
+        return _each_parses(value, ipaddress.ip_address, "an IP address")
 
     replay_rate_per_second: float = Field(default=500.0, ge=0)
 
@@ -195,31 +210,22 @@ class SecuritySettings(_Section):
     @classmethod
     def _key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
-            try:
-                parse_key(value.get_secret_value())
-            except ConfigError as exc:
-                raise ValueError(exc.message) from None
+            _check_key(value)
         return value
 
     @field_validator("previous_encryption_keys")
     @classmethod
     def _keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
         for i, key in enumerate(value):
-            try:
-                parse_key(key.get_secret_value())
-            except ConfigError as exc:
-                raise ValueError(f"[{i}]: {exc.message}") from None
+            _check_key(key, where=f"[{i}]: ")
         return value
 
     @field_validator("allowed_networks")
     @classmethod
     def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError as exc:
-                raise ValueError(f"{cidr!r} is not a CIDR network") from exc
-        return value
+        return _each_parses(
+            value, functools.partial(ipaddress.ip_network, strict=False), "a CIDR network"
+        )
 
 
 class RetentionSettings(_Section):
