@@ -30,7 +30,6 @@ from herald.api.errors import (
     Unauthorized,
     error_body,
     from_pydantic,
-    status_of,
 )
 from herald.api.jsonbody import parse_body
 from herald.api.ratelimit import RateLimiter
@@ -208,7 +207,7 @@ class Api:
         return response
 
     def _error(self, exc: HeraldError, request_id: str, status: int | None = None) -> web.Response:
-        status = status or status_of(exc)
+        status = status or exc.status
         if status >= 500:
             log.error("api_error", code=exc.code, error=exc.message)
         return json_response(error_body(exc, request_id, status), status=status)
@@ -415,7 +414,7 @@ class Api:
         try:
             response = await run()
         except HeraldError as exc:
-            status = status_of(exc)
+            status = exc.status
             if status >= 500:
                 await store.idempotency_abort(tenant_id=tenant, key=key)
                 raise
