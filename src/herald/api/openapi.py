@@ -19,7 +19,7 @@ REF = "#/components/schemas/{model}"
 HEADER_REF = "#/components/headers/{name}"
 
 # The request body media types spec 000 names; the handlers accept exactly these
-# (herald.api.v2.JSON_TYPES), and answer anything else with 400 content_type_invalid.
+# (herald.api.request.JSON_TYPES), and answer anything else with 400 content_type_invalid.
 REQUEST_TYPES = ("application/json", "text/json", "application/*+json")
 
 # Response headers, declared once under components.headers and referenced by name.
