@@ -94,47 +94,84 @@ _ERRORS = {
 }
 
 
-_WRITE_ERRORS = ("400", "401", "404", "409", "413", "422", "429", "500")
+_WRITE_ERRORS: tuple[str, ...] = ("400", "401", "404", "409", "413", "422", "429", "500")
 
 # The prefix of the ids each collection's {id} takes.
 _ID_PREFIXES = {"event-destinations": "evtd_", "event-deliveries": "dlv_", "events": "evt_"}
 
 
+# Bodies a request may leave out (v2 reads none as {}): every field has a default.
+_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest)
+
+# What each operation is for, and what its success response carries, by operationId.
+_SUMMARIES = {
+    "createDestination": "Create an event destination",
+    "listDestinations": "List event destinations, newest first",
+    "getDestination": "Get an event destination",
+    "updateDestination": "Update an event destination (only fields given)",
+    "deleteDestination": "Delete an event destination",
+    "testDestination": "Send test.ping once, no retry",
+    "verifyDestination": "Send a fresh verification ping",
+    "rotateSecret": "Rotate the webhook signing secret",
+    "listDeliveries": "List deliveries to a destination, newest first",
+    "replayDeliveries": "Re-queue matching deliveries",
+    "getDelivery": "Get a delivery with its attempts",
+    "retryDelivery": "Re-queue one delivery now",
+    "publishEvent": "Publish an event through the outbox",
+    "getEvent": "Get an event",
+}
+_RESULTS = {
+    "createDestination": "the destination, pending verification",
+    "listDestinations": "a page of destinations",
+    "getDestination": "the destination",
+    "updateDestination": "the destination",
+    "deleteDestination": "the deleted destination",
+    "testDestination": "the test delivery and its attempt",
+    "verifyDestination": "the destination",
+    "rotateSecret": "the destination and its new secret, shown once",
+    "listDeliveries": "a page of deliveries",
+    "replayDeliveries": "how many were re-queued",
+    "getDelivery": "the delivery",
+    "retryDelivery": "the re-queued delivery",
+    "publishEvent": "the accepted event",
+    "getEvent": "the event",
+}
+
+
 def _op(
-    route: str,
+    method: str,
+    path: str,
     op_id: str,
-    summary: str,
-    ok: tuple[str, type[BaseModel], str],
-    *,
+    status: str,
+    model: type[BaseModel],
     body: type[BaseModel] | None = None,
-    body_required: bool = True,
+    *,
     query: tuple[dict[str, Any], ...] = (),
     idempotent: bool = False,
 ) -> tuple[str, str, dict[str, Any]]:
-    """One operation of ``route`` ("METHOD /path") as (path, method, operation).
+    """One operation as (path, method, operation).
 
     The path's ``{id}`` makes its parameter; a read (GET, DELETE) answers no 409 or
     413, a 404 only with an id and a 422 only with query filters to be invalid."""
-    method, path = route.split(" ")
     with_id = "{id}" in path
     params = [_path_id(_ID_PREFIXES[path.split("/")[2]])] if with_id else []
     params.extend(query)
-    errors: tuple[str, ...] = _WRITE_ERRORS
+    errors = _WRITE_ERRORS
     if method in ("GET", "DELETE"):
-        errors = ("400", "401", *(("404",) if with_id else ()), *(("422",) if query else ()))
-        errors += ("429", "500")
+        dropped = {"409", "413", *(() if with_id else ("404",)), *(() if query else ("422",))}
+        errors = tuple(code for code in _WRITE_ERRORS if code not in dropped)
     op: dict[str, Any] = {
         "operationId": op_id,
-        "summary": summary,
+        "summary": _SUMMARIES[op_id],
         "security": [{"bearer": []}],
         "parameters": params,
-        "responses": {ok[0]: _json(ok[1], ok[2])},
+        "responses": {status: _json(model, _RESULTS[op_id])},
     }
     for code in errors:
         op["responses"][code] = _json(schemas.ErrorBody, _ERRORS[code])
     if body is not None:
         op["requestBody"] = {
-            "required": body_required,
+            "required": body not in _OPTIONAL_BODIES,
             "content": {media: {"schema": _ref(body)} for media in REQUEST_TYPES},
         }
     if idempotent:
@@ -183,109 +220,37 @@ _PAGING = (
 
 
 def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any]]]:
-    D, L = models.destination, models.destination_list
-    dests, dest = "/v2/event-destinations", "/v2/event-destinations/{id}"
+    D, L, R, S = models.destination, models.destination_list, models.rotated, schemas
+    dests = "/v2/event-destinations"
+    dest = f"{dests}/{{id}}"
+    dest_query = (
+        *_PAGING,
+        _q("status", "filter", {"enum": list(DESTINATION_STATUSES)}),
+        _q("type", "filter by type", {"enum": list(models.type_names)}),
+    )
+    dlv_query = (
+        *_PAGING,
+        _q("status", "filter", {"enum": list(DELIVERY_STATUSES)}),
+        _q("event_type", "filter"),
+        _q("since", "created at or after (RFC 3339)"),
+        _q("until", "created before (RFC 3339)"),
+    )
+    dest_deliveries = f"{dest}/event-deliveries"
     return [
-        _op(
-            f"POST {dests}",
-            "createDestination",
-            "Create an event destination",
-            ("201", D, "the destination, pending verification"),
-            body=models.create,
-            idempotent=True,
-        ),
-        _op(
-            f"GET {dests}",
-            "listDestinations",
-            "List event destinations, newest first",
-            ("200", L, "a page of destinations"),
-            query=(
-                *_PAGING,
-                _q("status", "filter", {"enum": list(DESTINATION_STATUSES)}),
-                _q("type", "filter by type", {"enum": list(models.type_names)}),
-            ),
-        ),
-        _op(
-            f"GET {dest}",
-            "getDestination",
-            "Get an event destination",
-            ("200", D, "the destination"),
-        ),
-        _op(
-            f"PATCH {dest}",
-            "updateDestination",
-            "Update an event destination (only fields given)",
-            ("200", D, "the destination"),
-            body=models.update,
-        ),
-        _op(
-            f"DELETE {dest}",
-            "deleteDestination",
-            "Delete an event destination",
-            ("200", D, "the deleted destination"),
-        ),
-        _op(
-            f"POST {dest}/test",
-            "testDestination",
-            "Send test.ping once, no retry",
-            ("200", schemas.Delivery, "the test delivery and its attempt"),
-        ),
-        _op(
-            f"POST {dest}/verify",
-            "verifyDestination",
-            "Send a fresh verification ping",
-            ("202", D, "the destination"),
-        ),
-        _op(
-            f"POST {dest}/rotate-secret",
-            "rotateSecret",
-            "Rotate the webhook signing secret",
-            ("200", models.rotated, "the destination and its new secret, shown once"),
-            body=schemas.RotateSecretRequest,
-            body_required=False,
-        ),
-        _op(
-            f"GET {dest}/event-deliveries",
-            "listDeliveries",
-            "List deliveries to a destination, newest first",
-            ("200", schemas.DeliveryList, "a page of deliveries"),
-            query=(
-                *_PAGING,
-                _q("status", "filter", {"enum": list(DELIVERY_STATUSES)}),
-                _q("event_type", "filter"),
-                _q("since", "created at or after (RFC 3339)"),
-                _q("until", "created before (RFC 3339)"),
-            ),
-        ),
-        _op(
-            f"POST {dest}/replay",
-            "replayDeliveries",
-            "Re-queue matching deliveries",
-            ("202", schemas.ReplayResult, "how many were re-queued"),
-            body=schemas.ReplayRequest,
-            body_required=False,
-        ),
-        _op(
-            "GET /v2/event-deliveries/{id}",
-            "getDelivery",
-            "Get a delivery with its attempts",
-            ("200", schemas.Delivery, "the delivery"),
-        ),
-        _op(
-            "POST /v2/event-deliveries/{id}/retry",
-            "retryDelivery",
-            "Re-queue one delivery now",
-            ("202", schemas.Delivery, "the re-queued delivery"),
-        ),
-        _op(
-            "POST /v2/events",
-            "publishEvent",
-            "Publish an event through the outbox",
-            ("202", schemas.Event, "the accepted event"),
-            body=schemas.EventCreate,
-            idempotent=True,
-        ),
-        _op("GET /v2/events/{id}", "getEvent", "Get an event", ("200", schemas.Event, "the event")),
+        _op("POST", dests, "createDestination", "201", D, models.create, idempotent=True),
+        _op("GET", dests, "listDestinations", "200", L, query=dest_query),
+        _op("GET", dest, "getDestination", "200", D),
+        _op("PATCH", dest, "updateDestination", "200", D, models.update),
+        _op("DELETE", dest, "deleteDestination", "200", D),
+        _op("POST", f"{dest}/test", "testDestination", "200", S.Delivery),
+        _op("POST", f"{dest}/verify", "verifyDestination", "202", D),
+        _op("POST", f"{dest}/rotate-secret", "rotateSecret", "200", R, S.RotateSecretRequest),
+        _op("GET", dest_deliveries, "listDeliveries", "200", S.DeliveryList, query=dlv_query),
+        _op("POST", f"{dest}/replay", "replayDeliveries", "202", S.ReplayResult, S.ReplayRequest),
+        _op("GET", "/v2/event-deliveries/{id}", "getDelivery", "200", S.Delivery),
+        _op("POST", "/v2/event-deliveries/{id}/retry", "retryDelivery", "202", S.Delivery),
+        _op("POST", "/v2/events", "publishEvent", "202", S.Event, S.EventCreate, idempotent=True),
+        _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
     ]
 
 
