@@ -23,8 +23,8 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class UsageError(HeraldError):
-    code = "usage"
+class UsageError(HeraldError, code="usage"):
+    """The command's arguments do not make sense (exit status 2)."""
 
 
 def parse_when(value: str) -> float:
