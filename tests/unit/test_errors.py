@@ -21,27 +21,36 @@ from herald.errors import (
 @pytest.mark.parametrize(
     ("cls", "code", "type_", "status"),
     [
-        (HeraldError, "internal_error", "api_error", 500),
-        (ConfigError, "config_invalid", "api_error", 500),
-        (ValidationError, "validation_error", "request", 422),
         (BadRequest, "invalid_request", "request", 400),
+        (Unauthorized, "unauthorized", "auth", 401),
         (NotFound, "not_found", "request", 404),
         (Conflict, "conflict", "request", 409),
-        (StorageError, "storage_error", "api_error", 500),
-        (CryptoError, "decryption_failed", "api_error", 500),
-        (EgressDenied, "egress_denied", "request", 500),
-        (Unauthorized, "unauthorized", "auth", 401),
-        (RateLimited, "rate_limit_exceeded", "rate_limit", 429),
         (PayloadTooLarge, "payload_too_large", "request", 413),
+        (ValidationError, "validation_error", "request", 422),
+        (RateLimited, "rate_limit_exceeded", "rate_limit", 429),
     ],
 )
-def test_each_class_carries_its_code_type_and_status(
+def test_a_client_error_carries_its_code_type_and_status(
     cls: type[HeraldError], code: str, type_: str, status: int
 ) -> None:
     exc = cls("m")
     assert (exc.code, exc.type, exc.status) == (code, type_, status)
     assert cls("m", code="other").code == "other"
     assert cls.code == code  # an instance's code never changes its class's
+
+
+def test_the_other_errors_are_500s_with_their_own_codes() -> None:
+    codes = {
+        HeraldError: "internal_error",
+        ConfigError: "config_invalid",
+        StorageError: "storage_error",
+        CryptoError: "decryption_failed",
+        EgressDenied: "egress_denied",
+    }
+    for cls, code in codes.items():
+        assert (cls.code, cls.status) == (code, 500)
+    assert EgressDenied.type == "request"
+    assert {c.type for c in codes if c is not EgressDenied} == {"api_error"}
 
 
 def test_egress_denied_is_still_an_oserror() -> None:
