@@ -7,15 +7,25 @@ message that names each offending key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from herald.crypto import parse_key
@@ -26,6 +36,46 @@ ENV_PREFIX = "HERALD_"
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _every(parse: Callable[[str], object], what: str) -> AfterValidator:
+    """One check of the whole tuple, not one per item: per item, pydantic would add the
+    item's index to the key the message names."""
+
+    def check(values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not {what}") from exc
+        return values
+
+    return AfterValidator(check)
+
+
+def _check_key(key: SecretStr, *, where: str = "") -> SecretStr:
+    try:
+        parse_key(key.get_secret_value())
+    except ConfigError as exc:
+        raise ValueError(f"{where}{exc.message}") from None
+    return key
+
+
+def _check_proxy(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected http://host:port or https://host:port")
+    return value
+
+
+# As field types the checks run only on a value that is set: ``X | None`` skips None.
+ProxyUrl = Annotated[str, AfterValidator(_check_proxy)]
+EncryptionKey = Annotated[SecretStr, AfterValidator(_check_key)]
+IpAddresses = Annotated[tuple[str, ...], _every(ipaddress.ip_address, "an IP address")]
+Networks = Annotated[
+    tuple[str, ...],
+    _every(functools.partial(ipaddress.ip_network, strict=False), "a CIDR network"),
+]
 
 
 class DatabaseSettings(_Section):
@@ -135,28 +185,8 @@ class DeliverySettings(_Section):
     retry_after_max_seconds: float = Field(default=86_400.0, ge=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     eventbridge_source: str = Field(default="herald", min_length=1)
-    webhook_proxy: str | None = None
-    webhook_source_addresses: tuple[str, ...] = ()
-
-    @field_validator("webhook_proxy")
-    @classmethod
-    def _proxy_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urlsplit(value)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("expected http://host:port or https://host:port")
-        return value
-
-    @field_validator("webhook_source_addresses")
-    @classmethod
-    def _addresses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for address in value:
-            try:
-                ipaddress.ip_address(address)
-            except ValueError as exc:
-                raise ValueError(f"{address!r} is not an IP address") from exc
-        return value
-
+    webhook_proxy: ProxyUrl | None = None
+    webhook_source_addresses: IpAddresses = ()
     replay_rate_per_second: float = Field(default=500.0, ge=0)
 
     @field_validator("worker_processes", mode="before")
@@ -185,41 +215,17 @@ class RelaySettings(_Section):
 
 class SecuritySettings(_Section):
     allow_private_networks: bool = False
-    allowed_networks: tuple[str, ...] = ()
-    encryption_key: SecretStr | None = None
+    allowed_networks: Networks = ()
+    encryption_key: EncryptionKey | None = None
     encryption_key_file: Path | None = None
     previous_encryption_keys: tuple[SecretStr, ...] = ()
     """Keys that still decrypt credentials written before a rotation; never used to encrypt."""
 
-    @field_validator("encryption_key")
-    @classmethod
-    def _key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            try:
-                parse_key(value.get_secret_value())
-            except ConfigError as exc:
-                raise ValueError(exc.message) from None
-        return value
-
     @field_validator("previous_encryption_keys")
     @classmethod
     def _keys(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
-        for i, key in enumerate(value):
-            try:
-                parse_key(key.get_secret_value())
-            except ConfigError as exc:
-                raise ValueError(f"[{i}]: {exc.message}") from None
-        return value
-
-    @field_validator("allowed_networks")
-    @classmethod
-    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError as exc:
-                raise ValueError(f"{cidr!r} is not a CIDR network") from exc
-        return value
+        # Checked as a whole so that the message says "[i]: …" after the key's name.
+        return tuple(_check_key(key, where=f"[{i}]: ") for i, key in enumerate(value))
 
 
 class RetentionSettings(_Section):

@@ -1,10 +1,13 @@
 """The one exception root of Herald and its typed branches.
 
-Driver errors are wrapped where they enter (``raise … from exc``); the API maps
-these types to the spec's ``errors`` shape in one place.
+Driver errors are wrapped where they enter (``raise … from exc``). Each branch
+is data: its ``code``, the ``type`` of the spec's ``errors`` shape, and the HTTP
+``status`` the API answers with; :mod:`herald.api.errors` turns them into a body.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class HeraldError(Exception):
@@ -12,6 +15,23 @@ class HeraldError(Exception):
 
     code = "internal_error"
     type = "api_error"
+    status = 500
+
+    def __init_subclass__(
+        cls,
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        status: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+        if type is not None:
+            cls.type = type
+        if status is not None:
+            cls.status = status
 
     def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -21,54 +41,33 @@ class HeraldError(Exception):
             self.code = code
 
 
-class ConfigError(HeraldError):
+class ConfigError(HeraldError, code="config_invalid"):
     """The configuration file or an override is invalid."""
 
-    code = "config_invalid"
+
+class ValidationError(HeraldError, code="validation_error", type="request", status=422):
+    """Input understood but holding invalid values."""
 
 
-class ValidationError(HeraldError):
-    """Input understood but holding invalid values (HTTP 422)."""
-
-    code = "validation_error"
-    type = "request"
+class BadRequest(HeraldError, code="invalid_request", type="request", status=400):
+    """Malformed input: bad JSON, wrong types, unknown fields."""
 
 
-class BadRequest(HeraldError):
-    """Malformed input: bad JSON, wrong types, unknown fields (HTTP 400)."""
-
-    code = "invalid_request"
-    type = "request"
+class NotFound(HeraldError, code="not_found", type="request", status=404):
+    """The object does not exist, or belongs to another tenant."""
 
 
-class NotFound(HeraldError):
-    """The object does not exist, or belongs to another tenant (HTTP 404)."""
-
-    code = "not_found"
-    type = "request"
+class Conflict(HeraldError, code="conflict", type="request", status=409):
+    """A valid request that cannot complete in the object's current state."""
 
 
-class Conflict(HeraldError):
-    """A valid request that cannot complete in the object's current state (HTTP 409)."""
-
-    code = "conflict"
-    type = "request"
-
-
-class StorageError(HeraldError):
+class StorageError(HeraldError, code="storage_error"):
     """The database failed; wraps the driver's exception."""
 
-    code = "storage_error"
 
-
-class CryptoError(HeraldError):
+class CryptoError(HeraldError, code="decryption_failed"):
     """A stored secret could not be decrypted with the configured key."""
 
-    code = "decryption_failed"
 
-
-class EgressDenied(HeraldError, OSError):
+class EgressDenied(HeraldError, OSError, code="egress_denied", type="request"):
     """A webhook target resolves to an address Herald may not connect to."""
-
-    code = "egress_denied"
-    type = "request"

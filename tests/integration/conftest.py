@@ -4,7 +4,7 @@ Nothing here is mocked: every test that uses the harness runs twice, once on
 :class:`~herald.store.sqlite.SQLiteStore` over a file in ``tmp_path`` and once on
 :class:`~herald.store.postgres.PostgresStore` over a fresh PostgreSQL database
 (dropped afterwards), unless it is marked ``sqlite_only``. The components are
-wired the way ``herald.app`` wires them, and webhook receivers are aiohttp
+wired the way ``herald.wiring`` wires them, and webhook receivers are aiohttp
 servers on 127.0.0.1 that verify signatures with the independent
 ``standardwebhooks`` library.
 """
@@ -165,7 +165,7 @@ def insert_outbox_row(
 
 @dataclass
 class Harness:
-    """The components of one Herald process over one database, built like ``herald.app``."""
+    """The components of one Herald process over one database, built like ``herald.wiring``."""
 
     settings: Settings
     box: SecretBox

@@ -6,41 +6,20 @@ from typing import Any
 
 import pydantic
 
-from herald.errors import (
-    BadRequest,
-    Conflict,
-    CryptoError,
-    HeraldError,
-    NotFound,
-    StorageError,
-    ValidationError,
-)
+from herald.errors import BadRequest, CryptoError, HeraldError, StorageError, ValidationError
 
 
-class Unauthorized(HeraldError):
-    type = "auth"
-    code = "unauthorized"
+class Unauthorized(HeraldError, code="unauthorized", type="auth", status=401):
+    """No API key, or not a valid one."""
 
 
-class RateLimited(HeraldError):
-    type = "rate_limit"
-    code = "rate_limit_exceeded"
+class RateLimited(HeraldError, code="rate_limit_exceeded", type="rate_limit", status=429):
+    """The tenant spent its requests for this window."""
 
 
-class PayloadTooLarge(HeraldError):
-    type = "request"
-    code = "payload_too_large"
+class PayloadTooLarge(HeraldError, code="payload_too_large", type="request", status=413):
+    """The body is larger than api.max_body_bytes."""
 
-
-_STATUS: list[tuple[type[HeraldError], int]] = [
-    (BadRequest, 400),
-    (Unauthorized, 401),
-    (NotFound, 404),
-    (Conflict, 409),
-    (PayloadTooLarge, 413),
-    (ValidationError, 422),
-    (RateLimited, 429),
-]
 
 _RESOLUTION = {
     400: "Fix the request so that it is well-formed JSON with the documented fields and types.",
@@ -62,15 +41,8 @@ _RESOLUTION_BY_CODE = {
 }
 
 
-def status_of(exc: HeraldError) -> int:
-    for cls, status in _STATUS:
-        if isinstance(exc, cls):
-            return status
-    return 500
-
-
 def error_body(exc: HeraldError, request_id: str, status: int | None = None) -> dict[str, Any]:
-    status = status or status_of(exc)
+    status = status or exc.status
     code, message = exc.code, exc.message
     if status == 500:
         # Internal details (driver messages, paths) stay in the log, keyed by request_id.

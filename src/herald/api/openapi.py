@@ -13,13 +13,14 @@ from pydantic.json_schema import models_json_schema
 
 from herald import __version__
 from herald.api import schemas
+from herald.api.request import DELIVERY_STATUSES, DESTINATION_STATUSES
 from herald.api.schemas import DestinationModels
 
 REF = "#/components/schemas/{model}"
 HEADER_REF = "#/components/headers/{name}"
 
 # The request body media types spec 000 names; the handlers accept exactly these
-# (herald.api.v2.JSON_TYPES), and answer anything else with 400 content_type_invalid.
+# (herald.api.request.JSON_TYPES), and answer anything else with 400 content_type_invalid.
 REQUEST_TYPES = ("application/json", "text/json", "application/*+json")
 
 # Response headers, declared once under components.headers and referenced by name.
@@ -93,43 +94,99 @@ _ERRORS = {
 }
 
 
+_WRITE_ERRORS: tuple[str, ...] = ("400", "401", "404", "409", "413", "422", "429", "500")
+
+# The prefix of the ids each collection's {id} takes.
+_ID_PREFIXES = {"event-destinations": "evtd_", "event-deliveries": "dlv_", "events": "evt_"}
+
+
+# Bodies a request may leave out (v2 reads none as {}): every field has a default.
+_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest)
+
+# What each operation is for, and what its success response carries, by operationId.
+_SUMMARIES = {
+    "createDestination": "Create an event destination",
+    "listDestinations": "List event destinations, newest first",
+    "getDestination": "Get an event destination",
+    "updateDestination": "Update an event destination (only fields given)",
+    "deleteDestination": "Delete an event destination",
+    "testDestination": "Send test.ping once, no retry",
+    "verifyDestination": "Send a fresh verification ping",
+    "rotateSecret": "Rotate the webhook signing secret",
+    "listDeliveries": "List deliveries to a destination, newest first",
+    "replayDeliveries": "Re-queue matching deliveries",
+    "getDelivery": "Get a delivery with its attempts",
+    "retryDelivery": "Re-queue one delivery now",
+    "publishEvent": "Publish an event through the outbox",
+    "getEvent": "Get an event",
+}
+_RESULTS = {
+    "createDestination": "the destination, pending verification",
+    "listDestinations": "a page of destinations",
+    "getDestination": "the destination",
+    "updateDestination": "the destination",
+    "deleteDestination": "the deleted destination",
+    "testDestination": "the test delivery and its attempt",
+    "verifyDestination": "the destination",
+    "rotateSecret": "the destination and its new secret, shown once",
+    "listDeliveries": "a page of deliveries",
+    "replayDeliveries": "how many were re-queued",
+    "getDelivery": "the delivery",
+    "retryDelivery": "the re-queued delivery",
+    "publishEvent": "the accepted event",
+    "getEvent": "the event",
+}
+
+
 def _op(
+    method: str,
+    path: str,
     op_id: str,
-    summary: str,
-    ok: tuple[str, type[BaseModel], str],
-    *,
+    status: str,
+    model: type[BaseModel],
     body: type[BaseModel] | None = None,
-    body_required: bool = True,
-    params: list[dict[str, Any]] | None = None,
-    errors: tuple[str, ...] = ("400", "401", "404", "409", "413", "422", "429", "500"),
+    *,
+    query: tuple[dict[str, Any], ...] = (),
     idempotent: bool = False,
-) -> dict[str, Any]:
+) -> tuple[str, str, dict[str, Any]]:
+    """One operation as (path, method, operation).
+
+    The path's ``{id}`` makes its parameter; a read (GET, DELETE) answers no 409 or
+    413, a 404 only with an id and a 422 only with query filters to be invalid."""
+    with_id = "{id}" in path
+    params = [_path_id(_ID_PREFIXES[path.split("/")[2]])] if with_id else []
+    params.extend(query)
+    errors = _WRITE_ERRORS
+    if method in ("GET", "DELETE"):
+        dropped = {"409", "413", *(() if with_id else ("404",)), *(() if query else ("422",))}
+        errors = tuple(code for code in _WRITE_ERRORS if code not in dropped)
     op: dict[str, Any] = {
         "operationId": op_id,
-        "summary": summary,
+        "summary": _SUMMARIES[op_id],
         "security": [{"bearer": []}],
-        "parameters": list(params or []),
-        "responses": {ok[0]: _json(ok[1], ok[2])},
+        "parameters": params,
+        "responses": {status: _json(model, _RESULTS[op_id])},
     }
     for code in errors:
         op["responses"][code] = _json(schemas.ErrorBody, _ERRORS[code])
     if body is not None:
         op["requestBody"] = {
-            "required": body_required,
+            "required": body not in _OPTIONAL_BODIES,
             "content": {media: {"schema": _ref(body)} for media in REQUEST_TYPES},
         }
     if idempotent:
-        op["parameters"].append(
-            {
-                "name": "Idempotency-Key",
-                "in": "header",
-                "required": False,
-                "description": "the same key and body within 24 h (api.idempotency_ttl_seconds)"
-                " replays the first response; the same key with another body is a 422",
-                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-            }
-        )
-    return op
+        op["parameters"].append(_IDEMPOTENCY_KEY)
+    return path, method.lower(), op
+
+
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "the same key and body within 24 h (api.idempotency_ttl_seconds)"
+    " replays the first response; the same key with another body is a 422",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
 
 
 def _path_id(prefix: str) -> dict[str, Any]:
@@ -152,14 +209,49 @@ def _q(name: str, description: str, schema: dict[str, Any] | None = None) -> dic
     }
 
 
-_PAGING = [
+_PAGING = (
     _q(
         "limit",
         "page size, 1 to 100 (default 20)",
         {"type": "integer", "minimum": 1, "maximum": 100},
     ),
     _q("cursor", "next_cursor of the previous page"),
-]
+)
+
+
+def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any]]]:
+    D, L, R, S = models.destination, models.destination_list, models.rotated, schemas
+    dests = "/v2/event-destinations"
+    dest = f"{dests}/{{id}}"
+    dest_query = (
+        *_PAGING,
+        _q("status", "filter", {"enum": list(DESTINATION_STATUSES)}),
+        _q("type", "filter by type", {"enum": list(models.type_names)}),
+    )
+    dlv_query = (
+        *_PAGING,
+        _q("status", "filter", {"enum": list(DELIVERY_STATUSES)}),
+        _q("event_type", "filter"),
+        _q("since", "created at or after (RFC 3339)"),
+        _q("until", "created before (RFC 3339)"),
+    )
+    dest_deliveries = f"{dest}/event-deliveries"
+    return [
+        _op("POST", dests, "createDestination", "201", D, models.create, idempotent=True),
+        _op("GET", dests, "listDestinations", "200", L, query=dest_query),
+        _op("GET", dest, "getDestination", "200", D),
+        _op("PATCH", dest, "updateDestination", "200", D, models.update),
+        _op("DELETE", dest, "deleteDestination", "200", D),
+        _op("POST", f"{dest}/test", "testDestination", "200", S.Delivery),
+        _op("POST", f"{dest}/verify", "verifyDestination", "202", D),
+        _op("POST", f"{dest}/rotate-secret", "rotateSecret", "200", R, S.RotateSecretRequest),
+        _op("GET", dest_deliveries, "listDeliveries", "200", S.DeliveryList, query=dlv_query),
+        _op("POST", f"{dest}/replay", "replayDeliveries", "202", S.ReplayResult, S.ReplayRequest),
+        _op("GET", "/v2/event-deliveries/{id}", "getDelivery", "200", S.Delivery),
+        _op("POST", "/v2/event-deliveries/{id}/retry", "retryDelivery", "202", S.Delivery),
+        _op("POST", "/v2/events", "publishEvent", "202", S.Event, S.EventCreate, idempotent=True),
+        _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
+    ]
 
 
 def document(models: DestinationModels) -> dict[str, Any]:
@@ -186,148 +278,15 @@ def document(models: DestinationModels) -> dict[str, Any]:
         ],
         ref_template=REF,
     )
-    dest_id = [_path_id("evtd_")]
-    D, L = models.destination, models.destination_list
-    paths: dict[str, Any] = {
-        "/v2/event-destinations": {
-            "post": _op(
-                "createDestination",
-                "Create an event destination",
-                ("201", D, "the destination, pending verification"),
-                body=models.create,
-                idempotent=True,
-            ),
-            "get": _op(
-                "listDestinations",
-                "List event destinations, newest first",
-                ("200", L, "a page of destinations"),
-                params=[
-                    *_PAGING,
-                    _q(
-                        "status", "filter", {"enum": ["pending_verification", "active", "inactive"]}
-                    ),
-                    _q("type", "filter by type", {"enum": list(models.type_names)}),
-                ],
-                errors=("400", "401", "422", "429", "500"),
-            ),
-        },
-        "/v2/event-destinations/{id}": {
-            "get": _op(
-                "getDestination",
-                "Get an event destination",
-                ("200", D, "the destination"),
-                params=dest_id,
-                errors=("400", "401", "404", "429", "500"),
-            ),
-            "patch": _op(
-                "updateDestination",
-                "Update an event destination (only fields given)",
-                ("200", D, "the destination"),
-                body=models.update,
-                params=dest_id,
-            ),
-            "delete": _op(
-                "deleteDestination",
-                "Delete an event destination",
-                ("200", D, "the deleted destination"),
-                params=dest_id,
-                errors=("400", "401", "404", "429", "500"),
-            ),
-        },
-        "/v2/event-destinations/{id}/test": {
-            "post": _op(
-                "testDestination",
-                "Send test.ping once, no retry",
-                ("200", schemas.Delivery, "the test delivery and its attempt"),
-                params=dest_id,
-            ),
-        },
-        "/v2/event-destinations/{id}/verify": {
-            "post": _op(
-                "verifyDestination",
-                "Send a fresh verification ping",
-                ("202", D, "the destination"),
-                params=dest_id,
-            ),
-        },
-        "/v2/event-destinations/{id}/rotate-secret": {
-            "post": _op(
-                "rotateSecret",
-                "Rotate the webhook signing secret",
-                ("200", models.rotated, "the destination and its new secret, shown once"),
-                body=schemas.RotateSecretRequest,
-                body_required=False,
-                params=dest_id,
-            ),
-        },
-        "/v2/event-destinations/{id}/event-deliveries": {
-            "get": _op(
-                "listDeliveries",
-                "List deliveries to a destination, newest first",
-                ("200", schemas.DeliveryList, "a page of deliveries"),
-                params=[
-                    *dest_id,
-                    *_PAGING,
-                    _q("status", "filter", {"enum": ["success", "failure", "pending"]}),
-                    _q("event_type", "filter"),
-                    _q("since", "created at or after (RFC 3339)"),
-                    _q("until", "created before (RFC 3339)"),
-                ],
-                errors=("400", "401", "404", "422", "429", "500"),
-            ),
-        },
-        "/v2/event-destinations/{id}/replay": {
-            "post": _op(
-                "replayDeliveries",
-                "Re-queue matching deliveries",
-                ("202", schemas.ReplayResult, "how many were re-queued"),
-                body=schemas.ReplayRequest,
-                body_required=False,
-                params=dest_id,
-            ),
-        },
-        "/v2/event-deliveries/{id}": {
-            "get": _op(
-                "getDelivery",
-                "Get a delivery with its attempts",
-                ("200", schemas.Delivery, "the delivery"),
-                params=[_path_id("dlv_")],
-                errors=("400", "401", "404", "429", "500"),
-            ),
-        },
-        "/v2/event-deliveries/{id}/retry": {
-            "post": _op(
-                "retryDelivery",
-                "Re-queue one delivery now",
-                ("202", schemas.Delivery, "the re-queued delivery"),
-                params=[_path_id("dlv_")],
-            ),
-        },
-        "/v2/events": {
-            "post": _op(
-                "publishEvent",
-                "Publish an event through the outbox",
-                ("202", schemas.Event, "the accepted event"),
-                body=schemas.EventCreate,
-                idempotent=True,
-            ),
-        },
-        "/v2/events/{id}": {
-            "get": _op(
-                "getEvent",
-                "Get an event",
-                ("200", schemas.Event, "the event"),
-                params=[_path_id("evt_")],
-                errors=("400", "401", "404", "429", "500"),
-            ),
-        },
-    }
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, op in _operations(models):
+        paths.setdefault(path, {})[method] = op
     # Paginated dry-run replays answer 200 as well as 202.
     paths["/v2/event-destinations/{id}/replay"]["post"]["responses"]["200"] = _json(
         schemas.ReplayResult, "dry run: how many would be re-queued"
     )
-    for path in paths.values():
-        for op in path.values():
+    for methods in paths.values():
+        for op in methods.values():
             idempotent = any(p["name"] == "Idempotency-Key" for p in op["parameters"])
             op["responses"] = {
                 status: _with_headers(status, response, idempotent=idempotent)

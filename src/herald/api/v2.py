@@ -14,10 +14,9 @@ import hashlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-import pydantic
 import structlog
 from aiohttp import web
 from pydantic import BaseModel
@@ -29,11 +28,18 @@ from herald.api.errors import (
     RateLimited,
     Unauthorized,
     error_body,
-    from_pydantic,
-    status_of,
 )
-from herald.api.jsonbody import parse_body
 from herald.api.ratelimit import RateLimiter
+from herald.api.request import DEFAULT_LIMIT as DEFAULT_LIMIT  # bench/query_plans.py reads it here
+from herald.api.request import (
+    DELIVERY_STATUSES,
+    DESTINATION_STATUSES,
+    json_body,
+    page_limit,
+    query_params,
+    status_param,
+    timestamp_param,
+)
 from herald.apikeys import API_KEY_PREFIX, hash_api_key
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
@@ -41,18 +47,13 @@ from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
 from herald.service import DestinationService
-from herald.timeutil import parse_timestamp
-from herald.views import delivery_view, destination_view, event_view
+from herald.views import delivery_view, destination_view, event_view, list_view
 
 log = structlog.get_logger("herald.api")
 
 PREFIX = "/v2"
-JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
-DEFAULT_LIMIT, MAX_LIMIT = 20, 100
-_DIGITS = re.compile(r"^[0-9]{1,6}$")  # ASCII only: str.isdigit() accepts "²"
 
-M = TypeVar("M", bound=BaseModel)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = web.RequestKey("request_id", str)
@@ -208,7 +209,7 @@ class Api:
         return response
 
     def _error(self, exc: HeraldError, request_id: str, status: int | None = None) -> web.Response:
-        status = status or status_of(exc)
+        status = status or exc.status
         if status >= 500:
             log.error("api_error", code=exc.code, error=exc.message)
         return json_response(error_body(exc, request_id, status), status=status)
@@ -263,74 +264,6 @@ class Api:
         if isinstance(data.get("type"), str):
             self.registry.canonical(data["type"])
 
-    async def _body(
-        self,
-        request: web.Request,
-        model: type[M],
-        *,
-        optional: bool = False,
-        precheck: Callable[[dict[str, Any]], None] | None = None,
-    ) -> M:
-        raw = await request.read()
-        if not raw.strip():
-            if optional:
-                return model.model_validate({})
-            raise BadRequest("a JSON body is required", code="body_required")
-        ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if not JSON_TYPES.match(ctype):
-            raise BadRequest(
-                "send the body as application/json",
-                field="Content-Type",
-                code="content_type_invalid",
-            )
-        data = parse_body(raw)
-        if not isinstance(data, dict):
-            raise BadRequest("the body must be a JSON object", code="invalid_json")
-        if precheck is not None:
-            precheck(data)
-        try:
-            return model.model_validate(data)
-        except pydantic.ValidationError as exc:
-            raise from_pydantic(exc) from exc
-
-    @staticmethod
-    def _query(request: web.Request, allowed: set[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for key, value in request.query.items():
-            if key not in allowed:
-                raise BadRequest(
-                    f"unknown query parameter {key!r}", field=key, code="unknown_parameter"
-                )
-            if key in out:
-                raise BadRequest(
-                    f"query parameter {key!r} given twice", field=key, code="invalid_request"
-                )
-            out[key] = value
-        return out
-
-    @staticmethod
-    def _limit(query: Mapping[str, str]) -> int:
-        raw = query.get("limit")
-        if raw is None:
-            return DEFAULT_LIMIT
-        if not _DIGITS.match(raw) or not 1 <= int(raw) <= MAX_LIMIT:
-            raise BadRequest(
-                f"limit must be an integer from 1 to {MAX_LIMIT}",
-                field="limit",
-                code="limit_invalid",
-            )
-        return int(raw)
-
-    @staticmethod
-    def _when(query: Mapping[str, str] | BaseModel, name: str) -> float | None:
-        raw = query.get(name) if isinstance(query, Mapping) else getattr(query, name)
-        if raw is None:
-            return None
-        try:
-            return parse_timestamp(raw).epoch
-        except ValueError as exc:
-            raise ValidationError(str(exc), field=name, code="timestamp_invalid") from exc
-
     def _page(
         self,
         request: web.Request,
@@ -344,13 +277,9 @@ class Api:
         next_cursor = None
         if has_more and items:
             next_cursor = self.cursors.encode(items[-1]["id"], endpoint=endpoint, filters=filters)
-        body = {
-            "object": "list",
-            "data": items,
-            "has_more": has_more,
-            "next_cursor": next_cursor,
-            "request_id": request[REQUEST_ID],
-        }
+        body = list_view(
+            items, has_more=has_more, next_cursor=next_cursor, request_id=request[REQUEST_ID]
+        )
         return self._respond(model, body)
 
     @staticmethod
@@ -415,7 +344,7 @@ class Api:
         try:
             response = await run()
         except HeraldError as exc:
-            status = status_of(exc)
+            status = exc.status
             if status >= 500:
                 await store.idempotency_abort(tenant_id=tenant, key=key)
                 raise
@@ -434,25 +363,16 @@ class Api:
         raw = await request.read()
 
         async def run() -> web.Response:
-            model = await self._body(request, self.models.create, precheck=self._known_type)
+            model = await json_body(request, self.models.create, precheck=self._known_type)
             dest = await self.service.create(request[TENANT], model.model_dump(exclude_unset=True))
             return self._respond(self.models.destination, self._dest(dest), status=201)
 
         return await self._idempotent(request, raw, run)
 
     async def list_destinations(self, request: web.Request) -> web.StreamResponse:
-        query = self._query(request, {"limit", "cursor", "status", "type"})
-        limit = self._limit(query)
-        status = None
-        if "status" in query:
-            try:
-                status = DestinationStatus(query["status"])
-            except ValueError:
-                raise ValidationError(
-                    "status must be pending_verification, active or inactive",
-                    field="status",
-                    code="status_invalid",
-                ) from None
+        query = query_params(request, {"limit", "cursor", "status", "type"})
+        limit = page_limit(query)
+        status = status_param(query, DestinationStatus, DESTINATION_STATUSES)
         type_ = self.registry.canonical(query["type"]) if "type" in query else None
         filters = {"tenant": request[TENANT], "status": query.get("status"), "type": type_}
         before = None
@@ -471,12 +391,12 @@ class Api:
         )
 
     async def get_destination(self, request: web.Request) -> web.StreamResponse:
-        self._query(request, set())
+        query_params(request, set())
         dest = await self.service.get(request[TENANT], request.match_info["id"])
         return self._respond(self.models.destination, self._dest(dest))
 
     async def update_destination(self, request: web.Request) -> web.StreamResponse:
-        model = await self._body(request, self.models.update)
+        model = await json_body(request, self.models.update)
         dest = await self.service.update(
             request[TENANT], request.match_info["id"], model.model_dump(exclude_unset=True)
         )
@@ -495,7 +415,7 @@ class Api:
         return self._respond(self.models.destination, self._dest(dest), status=202)
 
     async def rotate_secret(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request, schemas.RotateSecretRequest, optional=True)
+        body = await json_body(request, schemas.RotateSecretRequest, optional=True)
         dest, secret = await self.service.rotate_secret(
             request[TENANT], request.match_info["id"], body.secret
         )
@@ -506,26 +426,17 @@ class Api:
 
     # --- deliveries -------------------------------------------------------------
     async def list_deliveries(self, request: web.Request) -> web.StreamResponse:
-        query = self._query(request, {"limit", "cursor", "status", "event_type", "since", "until"})
+        query = query_params(request, {"limit", "cursor", "status", "event_type", "since", "until"})
         dest = await self.service.get(request[TENANT], request.match_info["id"], deleted=True)
-        limit = self._limit(query)
-        status = None
-        if "status" in query:
-            try:
-                status = DeliveryStatus(query["status"])
-            except ValueError:
-                raise ValidationError(
-                    "status must be success, failure or pending",
-                    field="status",
-                    code="status_invalid",
-                ) from None
+        limit = page_limit(query)
+        status = status_param(query, DeliveryStatus, DELIVERY_STATUSES)
         flt = DeliveryFilter(
             tenant_id=request[TENANT],
             destination_id=dest.id,
             status=status,
             event_types=(query["event_type"],) if "event_type" in query else (),
-            since=self._when(query, "since"),
-            until=self._when(query, "until"),
+            since=timestamp_param(query, "since"),
+            until=timestamp_param(query, "until"),
         )
         filters = {k: query.get(k) for k in ("status", "event_type", "since", "until")}
         filters["tenant"] = request[TENANT]
@@ -555,7 +466,7 @@ class Api:
         )
 
     async def replay(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request, schemas.ReplayRequest, optional=True)
+        body = await json_body(request, schemas.ReplayRequest, optional=True)
         dest = await self.service.get(request[TENANT], request.match_info["id"])
         event_types = tuple(body.event_types or ())
         flt = DeliveryFilter(
@@ -563,8 +474,8 @@ class Api:
             destination_id=dest.id,
             status=DeliveryStatus(body.status) if body.status else None,
             event_types=event_types,
-            since=self._when(body, "since"),
-            until=self._when(body, "until"),
+            since=timestamp_param(body, "since"),
+            until=timestamp_param(body, "until"),
         )
         # The same rate as `herald replay`: an API replay must not flood a recovering
         # endpoint either. Keys carry no id of their own, so the tenant names the caller.
@@ -592,7 +503,7 @@ class Api:
         raw = await request.read()
 
         async def run() -> web.Response:
-            body = await self._body(request, schemas.EventCreate)
+            body = await json_body(request, schemas.EventCreate)
             event = await self.service.publish(
                 request[TENANT],
                 body.type,

@@ -1,0 +1,67 @@
+"""The ``herald`` command line: the daemon, and the API's operations for ops at a shell.
+
+Exit status: 0 success, 1 the operation failed, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NoReturn
+
+from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
+from herald.cli.daemon import cmd_run, cmd_worker
+from herald.cli.keys import cmd_keys
+from herald.cli.ops import cmd_check_config, cmd_instances, cmd_migrate, cmd_rejected, cmd_replay
+from herald.cli.parser import build_parser
+from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
+from herald.config import Settings, load_settings
+from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError
+from herald.logs import configure as configure_logs
+
+__all__ = ["build_parser", "main"]
+
+_ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "migrate": cmd_migrate,
+    "emit": cmd_emit,
+    "keys": cmd_keys,
+    "destinations": cmd_destinations,
+    "deliveries": cmd_deliveries,
+    "replay": cmd_replay,
+    "outbox": cmd_rejected,
+    "instances": cmd_instances,
+    "check-config": cmd_check_config,
+}
+
+
+def _die(message: str, code: int) -> NoReturn:
+    print(f"herald: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        if args.command == "run":
+            return cmd_run(settings, args)
+        if args.command == "worker":
+            return cmd_worker(settings, args)
+        # Commands print results on stdout; their log lines go to stderr.
+        configure_logs(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
+        return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
+    except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
+        _die(_with_field(exc), EXIT_USAGE)
+    except HeraldError as exc:
+        _die(_with_field(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _with_field(exc: HeraldError) -> str:
+    if exc.field and exc.field not in exc.message:
+        return f"{exc.field}: {exc.message}"
+    return exc.message

@@ -1,0 +1,205 @@
+"""``herald keys …``: tenants' API keys, and re-encrypting credentials under a new
+encryption key."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from herald.apikeys import API_KEY_PREFIX, hash_api_key, new_api_key
+from herald.cli.common import EXIT_OK, UsageError, os_user
+from herald.cli.output import print_json, short_ts, table
+from herald.config import Settings
+from herald.errors import ConfigError, HeraldError, NotFound
+from herald.store.base import ApiKeyInfo
+from herald.timeutil import format_epoch
+from herald.views import list_view
+
+
+async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.wiring import components
+
+    key = new_api_key()
+    async with components(settings) as comp:
+        await comp.store.create_api_key(
+            key_hash=hash_api_key(key), tenant_id=args.tenant, hint=key[-4:], now=time.time()
+        )
+    if args.json:
+        print_json({"object": "api_key", "tenant_id": args.tenant, "key": key})
+    else:
+        print(key)
+        print(
+            f"# API key for tenant {args.tenant!r}; shown once, only its hash is stored.",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def _new_key(args: argparse.Namespace) -> bytes:
+    """``--new-key KEY`` or ``--new-key-file PATH`` (``-``: stdin), as 32 key bytes."""
+    from herald.crypto import parse_key
+
+    if args.new_key is not None:
+        text, source = args.new_key, "--new-key"
+    else:
+        source = "--new-key-file"
+        name = args.new_key_file
+        try:
+            raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+            text = raw.decode("ascii")
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from exc
+        except UnicodeDecodeError:
+            raise UsageError(f"{name} does not hold a base64 key") from None
+    try:
+        return parse_key(text)
+    except ConfigError as exc:
+        raise UsageError(f"{source}: {exc.message}") from None
+
+
+async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
+    """Re-encrypt every destination's credentials under a new key, a batch per transaction.
+
+    Rows under the new key are skipped, so an interrupted run is finished by running
+    it again; until then every row opens with the old or the new key.
+    """
+    from herald.crypto import SecretBox
+    from herald.store import make_store
+    from herald.wiring import InstanceLock, encryption_key, previous_keys
+
+    if not 1 <= args.batch_size <= 10_000:
+        raise UsageError("--batch-size must be from 1 to 10000")
+    new_key = _new_key(args)
+    current = encryption_key(settings)
+    # Writes under the new key; reads under it, the current key or a previous one.
+    box = SecretBox(new_key, [current, *previous_keys(settings)])
+    lock = None
+    db_path = settings.database.sqlite_path
+    if db_path is not None:
+        # A running daemon keeps the old key in memory and would write under it again.
+        lock = InstanceLock(db_path)
+        try:
+            lock.acquire()
+        except ConfigError:
+            raise HeraldError(
+                f"herald run is using {db_path}; stop it before rotating the encryption key"
+            ) from None
+    seen = rewritten = 0
+    try:
+        store = make_store(settings, box)
+        await store.open()
+        try:
+            after: str | None = None
+            while True:
+                looked, changed, last = await store.reencrypt_secrets(
+                    after_id=after, limit=args.batch_size
+                )
+                if last is None:
+                    break
+                seen, rewritten, after = seen + looked, rewritten + changed, last
+                print(
+                    f"re-encrypted {rewritten} of {seen} destinations so far (up to {last})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if looked < args.batch_size:
+                    break
+        finally:
+            await store.close()
+    finally:
+        if lock is not None:
+            lock.release()
+    structlog.get_logger("herald.keys").info(
+        "encryption_key_rotated", by=os_user(), destinations=seen, reencrypted=rewritten
+    )
+    if args.json:
+        print_json({"object": "key_rotation", "destinations": seen, "reencrypted": rewritten})
+    else:
+        print(f"re-encrypted {rewritten} of {seen} destinations under the new key")
+    if new_key != current:
+        print(
+            "# Now make the new key current (security.encryption_key, or the key file) and keep"
+            " the old one in security.previous_encryption_keys until every instance runs with"
+            " the new key; then run this again (it should re-encrypt 0) and drop the old key.",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+KEY_ID_LENGTH = 12
+"""An API key is named by the first hex digits of its SHA-256 (the key itself is gone)."""
+
+
+def _key_view(key: ApiKeyInfo) -> dict[str, Any]:
+    return {
+        "object": "api_key",
+        "id": key.key_hash[:KEY_ID_LENGTH],
+        "tenant_id": key.tenant_id,
+        "ends_with": key.hint,
+        "created_at": format_epoch(key.created_at),
+        "revoked_at": None if key.revoked_at is None else format_epoch(key.revoked_at),
+    }
+
+
+async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.wiring import components
+
+    async with components(settings) as comp:
+        views = [_key_view(k) for k in await comp.store.list_api_keys(args.tenant)]
+    if args.json:
+        print_json(list_view(views, has_more=False, next_cursor=None, request_id="cli"))
+    else:
+        rows = [
+            [v["id"], "…" + v["ends_with"], short_ts(v["created_at"]), short_ts(v["revoked_at"])]
+            for v in views
+        ]
+        table(rows, ["id", "key", "created", "revoked"])
+    return EXIT_OK
+
+
+async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself."""
+    from herald.wiring import components
+
+    ref = args.key.strip()
+    if ref.startswith(API_KEY_PREFIX):
+        prefix = hash_api_key(ref)
+    elif re.fullmatch(r"[0-9a-fA-F]{8,64}", ref):
+        prefix = ref.lower()
+    else:
+        raise UsageError("name the key by its id from 'herald keys list' or give the key itself")
+    async with components(settings) as comp:
+        keys = await comp.store.list_api_keys(args.tenant)
+        live = [k for k in keys if k.key_hash.startswith(prefix) and k.revoked_at is None]
+        if len(live) > 1:
+            raise UsageError(f"{len(live)} keys of tenant {args.tenant!r} match; give more digits")
+        if not live:
+            raise NotFound(f"tenant {args.tenant!r} has no unrevoked key {args.key!r}")
+        await comp.store.revoke_api_keys(
+            tenant_id=args.tenant, hash_prefix=live[0].key_hash, now=time.time()
+        )
+        revoked = _key_view(replace(live[0], revoked_at=time.time()))
+    structlog.get_logger("herald.keys").info(
+        "api_key_revoked", by=f"cli:{os_user()}", tenant_id=args.tenant, key_id=revoked["id"]
+    )
+    if args.json:
+        print_json(revoked)
+    else:
+        print(f"revoked key {revoked['id']} (…{revoked['ends_with']}) of tenant {args.tenant!r}")
+    return EXIT_OK
+
+
+async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
+    commands = {
+        "rotate-encryption": _cmd_keys_rotate,
+        "list": _cmd_keys_list,
+        "revoke": _cmd_keys_revoke,
+    }
+    return await commands.get(args.action, _cmd_keys_create)(settings, args)

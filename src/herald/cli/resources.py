@@ -1,0 +1,144 @@
+"""Commands on a tenant's objects: ``emit``, ``destinations …`` and ``deliveries …``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from herald.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    delivery_filter,
+    json_object,
+    read_body,
+)
+from herald.cli.output import dest_rows, print_delivery, print_json, short_ts, table
+from herald.config import Settings
+from herald.model import DeliveryStatus, Destination, DestinationStatus
+from herald.views import delivery_view, destination_view, event_view, list_view
+
+
+async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.wiring import components
+
+    data = read_body(args.data)
+    async with components(settings) as comp:
+        event = await comp.service.publish(
+            args.tenant, args.type, data, event_id=args.id, created_at=args.created_at
+        )
+    if args.json:
+        print_json(event_view(event))
+    else:
+        print(event.id)
+    return EXIT_OK
+
+
+async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.wiring import components
+
+    async with components(settings) as comp:
+        svc = comp.service
+
+        def view(dest: Destination) -> dict[str, Any]:
+            return destination_view(dest, comp.registry)
+
+        action = args.action
+        if action == "list":
+            status = DestinationStatus(args.status) if args.status else None
+            items, has_more = await svc.list_destinations(
+                args.tenant, status=status, type=args.type, limit=args.limit
+            )
+            views = [view(d) for d in items]
+            if args.json:
+                print_json(list_view(views, has_more=has_more, next_cursor=None, request_id="cli"))
+            else:
+                dest_rows(views)
+            return EXIT_OK
+        if action == "create":
+            dest = await svc.create(args.tenant, json_object(read_body(args.data)))
+        elif action == "show":
+            dest = await svc.get(args.tenant, args.id)
+        elif action == "update":
+            dest = await svc.update(args.tenant, args.id, json_object(read_body(args.data)))
+        elif action == "delete":
+            dest = await svc.delete(args.tenant, args.id)
+        elif action == "verify":
+            dest = await svc.verify(args.tenant, args.id)
+        elif action == "rotate-secret":
+            dest, secret = await svc.rotate_secret(args.tenant, args.id, args.secret)
+            out = view(dest)
+            out["secret"] = secret
+            if args.json:
+                print_json(out)
+            else:
+                print(secret)
+                print(
+                    "# New signing secret, shown once; the previous one signs for 24 h more.",
+                    file=sys.stderr,
+                )
+            return EXIT_OK
+        elif action == "test":
+            delivery = await svc.test(args.tenant, args.id)
+            if args.json:
+                print_json(delivery_view(delivery, with_attempts=True))
+            else:
+                print_delivery(delivery_view(delivery, with_attempts=True))
+            return EXIT_OK if delivery.status is DeliveryStatus.SUCCESS else EXIT_FAILED
+        else:  # pragma: no cover - argparse restricts the choices
+            raise UsageError(f"unknown action {action}")
+        if args.json:
+            print_json(view(dest))
+        else:
+            v = view(dest)
+            dest_rows([v])
+    return EXIT_OK
+
+
+async def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
+    from herald.wiring import components
+
+    async with components(settings) as comp:
+        if args.action == "show":
+            delivery = await comp.service.get_delivery(args.tenant, args.id)
+            if args.json:
+                print_json(delivery_view(delivery, with_attempts=True))
+            else:
+                print_delivery(delivery_view(delivery, with_attempts=True))
+            return EXIT_OK
+        items, has_more = await comp.service.list_deliveries(
+            delivery_filter(args, tenant=args.tenant), limit=args.limit
+        )
+    views = [delivery_view(d) for d in items]
+    if args.json:
+        print_json(list_view(views, has_more=has_more, next_cursor=None, request_id="cli"))
+        return EXIT_OK
+    table(
+        [
+            (
+                v["id"],
+                v["event_type"],
+                v["destination_id"],
+                v["status"] + (" (held)" if v["held"] and v["status"] == "pending" else ""),
+                v["attempt_count"],
+                (v["last_attempt"] or {}).get("response_status"),
+                short_ts(v["next_attempt_at"]),
+                short_ts(v["created_at"]),
+            )
+            for v in views
+        ],
+        (
+            "id",
+            "event type",
+            "destination",
+            "status",
+            "attempts",
+            "last http",
+            "next attempt",
+            "created",
+        ),
+    )
+    if has_more:
+        print(f"(more than {args.limit}; use --limit)", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,164 @@
+"""The import graph of ``src/herald``: no circle, and every import runs down the floors.
+
+``FLOORS`` is docs/architecture.md's order written as data, lowest first. A module
+may import modules on its own floor or below, never above; a module no floor
+names fails the test, so a new module is placed on purpose. Imports inside
+functions count too: a lazy import is still an arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+FLOORS: list[tuple[str, ...]] = [
+    # Plain data and helpers that know nothing of Herald's moving parts.
+    (
+        "herald",
+        "herald.__init__",
+        "herald.errors",
+        "herald.timeutil",
+        "herald.ids",
+        "herald.model",
+        "herald.logs",
+        "herald.systemd",
+        "herald.gctune",
+        "herald.apikeys",
+        "herald.metrics",
+    ),
+    # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row parsing.
+    (
+        "herald.config",
+        "herald.retry",
+        "herald.crypto",
+        "herald.signing",
+        "herald.match",
+        "herald.egress",
+        "herald.ingest",
+    ),
+    # The two edges of the engine: the database and the destinations.
+    ("herald.store", "herald.adapters"),
+    # What the engine is made of.
+    (
+        "herald.catalog",
+        "herald.views",
+        "herald.attempt",
+        "herald.recorder",
+        "herald.floor",
+        "herald.handover",
+    ),
+    # The engine's loops and the operations people call.
+    ("herald.dispatch", "herald.outbox", "herald.service"),
+    # Faces and wiring.
+    ("herald.wiring", "herald.workers", "herald.api"),
+    ("herald.app",),
+    ("herald.cli", "herald.__main__"),
+]
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((SRC / "herald").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
+    """The herald modules that ``module`` imports, anywhere in its body."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` names a module; ``from mod import name`` does not.
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module and name.startswith("herald"):
+                yield name
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {m: set(_imports(m, p, known)) for m, p in modules.items()}
+
+
+def _floor(module: str) -> int | None:
+    best: tuple[int, int] | None = None
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            covers = module == prefix or module.startswith(prefix + ".")
+            if covers and (best is None or len(prefix) > best[1]):
+                best = (level, len(prefix))
+    return None if best is None else best[0]
+
+
+def test_every_module_stands_on_a_floor() -> None:
+    unplaced = [m for m in _modules() if _floor(m) is None]
+    assert not unplaced, f"place these modules in FLOORS (and docs/architecture.md): {unplaced}"
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    upward = []
+    for module, targets in _graph().items():
+        here = _floor(module)
+        for target in targets:
+            there = _floor(target)
+            if here is not None and there is not None and there > here:
+                upward.append(f"{module} (floor {here}) -> {target} (floor {there})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize("module", ["herald.store", "herald.adapters"])
+def test_the_edges_never_import_the_engine(module: str) -> None:
+    """The store and the adapters sit below everything that moves deliveries."""
+    engine = {"herald.outbox", "herald.dispatch", "herald.service", "herald.app", "herald.cli"}
+    graph = _graph()
+    offenders = {
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if m == module or m.startswith(module + ".")
+        for t in targets
+        if any(t == e or t.startswith(e + ".") for e in engine)
+    }
+    assert not offenders, sorted(offenders)
