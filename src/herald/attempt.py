@@ -39,6 +39,8 @@ async def attempt(
     catalog: Catalog, policy: RetryPolicy, item: DueDelivery
 ) -> tuple[AttemptRecord, str]:
     """Run one attempt of ``item`` and build its record; also its destination type id."""
+    if catalog.behind(item):
+        await catalog.refresh()
     number = item.attempt_count + 1
     entry = catalog.get(item.destination_id)
     started = time.time()

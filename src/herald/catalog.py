@@ -15,7 +15,7 @@ from herald.adapters.base import Adapter, DestinationConfig
 from herald.adapters.registry import Registry
 from herald.errors import HeraldError
 from herald.match import SubscriptionIndex
-from herald.model import Destination
+from herald.model import DeliveryKind, Destination, DueDelivery
 from herald.store.base import Store
 
 log = structlog.get_logger("herald.catalog")
@@ -85,6 +85,21 @@ class Catalog:
 
     def get(self, dest_id: str) -> Entry | None:
         return self._entries.get(dest_id)
+
+    def behind(self, item: DueDelivery) -> bool:
+        """Whether this view is older than ``item`` needs: its destination is missing
+        (created since the last reload), or ``item`` verifies a change not loaded yet.
+
+        A ping that verifies a new target must go to that target: sent to the old one
+        from a stale view, it would activate a destination nobody has verified. The
+        ping's event is stamped with the change's ``updated_at`` (the service's doing)."""
+        entry = self._entries.get(item.destination_id)
+        if entry is None:
+            return True
+        return (
+            item.kind is DeliveryKind.VERIFICATION
+            and entry.dest.updated_at < item.event.created_ts
+        )
 
     def subscribers(self, tenant_id: str, event_type: str) -> list[Entry]:
         index = self._index.get(tenant_id)

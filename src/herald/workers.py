@@ -168,8 +168,6 @@ async def serve_worker(settings: Settings) -> int:
         tasks: set[asyncio.Task[None]] = set()
 
         async def make(item: DueDelivery) -> None:
-            if comp.catalog.get(item.destination_id) is None:
-                await comp.catalog.refresh(force=True)  # created since our last reload
             record, type_id = await attempt(comp.catalog, comp.policy, item)
             records.send(encode_record(record, type_id) + b"\n")
 

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from herald.attempt import attempt
+from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
 from herald.model import (
     DeliveryFilter,
@@ -215,6 +217,30 @@ async def test_update_url_goes_back_to_verification(
     with pytest.raises(BadRequest) as unknown:
         await h.service.update("default", dest.id, {"colour": "red"})
     assert unknown.value.field == "colour"
+
+
+async def test_a_ping_for_a_new_target_never_goes_to_the_old_one_from_a_stale_view(
+    harness: Harness, receivers: ReceiverFactory
+) -> None:
+    """A worker's view of the destinations lags behind a URL change until it reloads:
+    the new target's ping, attempted from it, must still reach the new target — sent
+    to the old, live one it would activate a destination nobody verified."""
+    h = harness
+    old, new = await receivers(), await receivers(status(500))
+    dest = await activate(h, (await h.service.create("default", body(old.url))).id)
+    stale = Catalog(h.store, h.registry)
+    await stale.refresh()
+    await h.service.update("default", dest.id, {"webhook": {"url": new.url}})
+    now = time.time()
+    claimed = await h.store.claim_due(now=now, limit=10, owner="t", lease_until=now + 60)
+    [ping] = [d for d in claimed if d.kind is DeliveryKind.VERIFICATION]
+    pings_before = len(old.received)
+
+    record, _ = await attempt(stale, h.policy, ping)
+
+    assert (len(old.received), len(new.received)) == (pings_before, 1)
+    assert record.activates_destination is None
+    assert record.attempt.response_status == 500
 
 
 async def test_status_toggles_hold_and_release_deliveries(
