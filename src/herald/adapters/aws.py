@@ -292,6 +292,14 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
     """The client method that publishes one event (``send_message`` …)."""
     idle_seconds = None
 
+    def __init_subclass__(cls, *, service: str, operation: str, **kwargs: Any) -> None:
+        """``class X(AWSAdapter, service=…, operation=…)``: the one call a type makes.
+
+        The spec's alias of every AWS type is its id with ``cloudA_`` for ``aws_``."""
+        super().__init_subclass__(**kwargs)
+        cls.service, cls.operation = service, operation
+        cls.aliases = ("cloudA_" + cls.type_id.removeprefix("aws_"),)
+
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
         self._session: AioSession | None = None

@@ -46,12 +46,9 @@ class EventBridgeConfig(AWSConfig):
     )
 
 
-class EventBridgeAdapter(AWSAdapter):
+class EventBridgeAdapter(AWSAdapter, service="events", operation="put_events"):
     type_id = "aws_eventbridge"
-    aliases = ("cloudA_eventbridge",)
     config_model = EventBridgeConfig
-    service = "events"
-    operation = "put_events"
 
     def params(self, config: EventBridgeConfig, event: Event) -> dict[str, Any]:
         entry = {

@@ -32,12 +32,9 @@ class KinesisConfig(KeySecretConfig):
     )
 
 
-class KinesisAdapter(AWSAdapter):
+class KinesisAdapter(AWSAdapter, service="kinesis", operation="put_record"):
     type_id = "aws_kinesis"
-    aliases = ("cloudA_kinesis",)
     config_model = KinesisConfig
-    service = "kinesis"
-    operation = "put_record"
 
     def params(self, config: KinesisConfig, event: Event) -> dict[str, Any]:
         return {

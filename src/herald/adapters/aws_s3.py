@@ -68,12 +68,9 @@ class S3Config(KeySecretConfig):
         return value
 
 
-class S3Adapter(AWSAdapter):
+class S3Adapter(AWSAdapter, service="s3", operation="put_object"):
     type_id = "aws_s3"
-    aliases = ("cloudA_s3",)
     config_model = S3Config
-    service = "s3"
-    operation = "put_object"
 
     def params(self, config: S3Config, event: Event) -> dict[str, Any]:
         return {

@@ -79,12 +79,9 @@ class SQSConfig(KeySecretConfig):
         return region_from_queue_url(self.queue_url)
 
 
-class SQSAdapter(AWSAdapter):
+class SQSAdapter(AWSAdapter, service="sqs", operation="send_message"):
     type_id = "aws_sqs"
-    aliases = ("cloudA_sqs",)
     config_model = SQSConfig
-    service = "sqs"
-    operation = "send_message"
 
     def params(self, config: SQSConfig, event: Event) -> dict[str, Any]:
         params: dict[str, Any] = {

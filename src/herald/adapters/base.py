@@ -4,7 +4,7 @@ A type is one module with one :class:`Adapter` subclass: its config model (the
 spec's fields, with sensitive ones marked once), create-time checks, and one
 ``deliver`` that turns an event into one publish call and the result into a
 typed :class:`Result`. Timeouts, cancellation, recording and retries belong to
-the engine (``herald.dispatch``), never to an adapter.
+the engine (``herald.attempt`` and ``herald.dispatch``), never to an adapter.
 """
 
 from __future__ import annotations
