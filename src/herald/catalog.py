@@ -97,8 +97,7 @@ class Catalog:
         if entry is None:
             return True
         return (
-            item.kind is DeliveryKind.VERIFICATION
-            and entry.dest.updated_at < item.event.created_ts
+            item.kind is DeliveryKind.VERIFICATION and entry.dest.updated_at < item.event.created_ts
         )
 
     def subscribers(self, tenant_id: str, event_type: str) -> list[Entry]:
