@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -163,6 +163,38 @@ async def test_migrations_run_once_and_reopen_is_idempotent(harness: Harness) ->
 @pytest.mark.sqlite_only
 async def test_database_is_in_wal_mode(harness: Harness) -> None:
     assert harness.scalar("PRAGMA journal_mode") == "wal"
+
+
+@pytest.mark.sqlite_only
+async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transaction_behind(
+    harness: Harness,
+) -> None:
+    """A task cancelled in ``BEGIN IMMEDIATE`` (a stop, a timeout) does not stop the BEGIN:
+    it still runs in the connection's thread once the lock frees. Nobody owns that
+    transaction, and every later write failed with 'cannot start a transaction within a
+    transaction' until the process restarted."""
+    h = harness
+    assert isinstance(h.store, SQLiteStore)
+    dialect = h.store.dialect  # white box: the write lock and the writer connection
+    with closing(sqlite3.connect(h.db_path, timeout=5.0, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # a producer's transaction holds the write lock
+        write = asyncio.create_task(h.store.release_leases(owner=None, now=time.time()))
+
+        async def waiting_in_begin() -> bool:
+            return dialect._write_lock.locked()  # held from the BEGIN to the COMMIT
+
+        await eventually(waiting_in_begin, timeout=5, what="the write to wait for the lock")
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        other.execute("COMMIT")
+
+    async def orphan_began() -> bool:
+        return dialect._writer.in_transaction
+
+    await eventually(orphan_began, timeout=5, what="the cancelled BEGIN to run")
+    assert await h.store.release_leases(owner=None, now=time.time()) == 0
+    await h.store.ping()
 
 
 async def _open_concurrently(stores: list[Store]) -> list[BaseException]:

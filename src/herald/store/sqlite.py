@@ -167,6 +167,10 @@ class SQLiteDialect(NamedQueries):
         with _storage_errors():
             async with self._write_lock:
                 db = self._writer
+                if db.in_transaction:
+                    # A BEGIN whose task was cancelled while it waited for the lock still
+                    # ran in the connection's thread: nobody owns that transaction.
+                    await db.execute("ROLLBACK")
                 await db.execute("BEGIN IMMEDIATE")
                 try:
                     yield db
