@@ -16,7 +16,7 @@ from herald.adapters.registry import Registry
 from herald.errors import HeraldError
 from herald.match import SubscriptionIndex
 from herald.model import DeliveryKind, Destination, DueDelivery
-from herald.store.base import Store
+from herald.store import Store
 
 log = structlog.get_logger("herald.catalog")
 

@@ -28,7 +28,7 @@ from herald.handover import Handover
 from herald.model import AttemptRecord, DueDelivery, Outcome
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
-from herald.store.base import Store
+from herald.store import Store
 
 log = structlog.get_logger("herald.dispatch")
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from herald.model import DueDelivery
-from herald.store.base import Store
+from herald.store import Store
 
 DUE_FLOOR_SECONDS = 2.0
 """How long claims may skip the due deliveries they found to be all of saturated

@@ -36,7 +36,8 @@ from herald.model import (
     RelayPlan,
 )
 from herald.retry import RetryPolicy, retry_storage
-from herald.store.base import STALE_CATALOG, Store
+from herald.store import Store
+from herald.store.base import STALE_CATALOG
 from herald.timeutil import format_epoch, now
 
 log = structlog.get_logger("herald.relay")

@@ -14,7 +14,7 @@ import structlog
 from herald.errors import StorageError
 from herald.model import AttemptRecord
 from herald.retry import retry_storage
-from herald.store.base import Store
+from herald.store import Store
 
 log = structlog.get_logger("herald.recorder")
 

@@ -37,7 +37,7 @@ from herald.model import (
 )
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
-from herald.store.base import Store
+from herald.store import Store
 from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600

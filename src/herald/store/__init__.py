@@ -1,10 +1,18 @@
-"""Storage backends behind one interface (:class:`~herald.store.base.Store`)."""
+"""The store: one :class:`~herald.store.sqlstore.SQLStore` over the SQLite or the
+PostgreSQL dialect, chosen by ``database.url``."""
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from herald.config import Settings
 from herald.crypto import SecretBox
-from herald.store.base import Store
+from herald.store.sqlstore import SQLStore
+
+Store: TypeAlias = SQLStore[Any]
+"""Everything the engine, the service and the CLI ask of a database. Operations that
+must be atomic are single methods; callers never hold a transaction open across
+awaits of their own."""
 
 
 def make_store(settings: Settings, box: SecretBox) -> Store:

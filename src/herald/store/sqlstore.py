@@ -50,7 +50,9 @@ _REJECTED_KEYS = ("seq", "id", "tenant_id", "type", "data", "created_at", "reaso
 
 
 class SQLStore(Generic[D]):
-    """The :class:`~herald.store.base.Store` of a SQL database."""
+    """The store (``herald.store.Store``): every operation once, over a dialect.
+
+    ``shared``: whether several instances may use this database at once (PostgreSQL)."""
 
     def __init__(self, dialect: D, *, box: SecretBox) -> None:
         self.dialect = dialect
@@ -64,12 +66,14 @@ class SQLStore(Generic[D]):
 
     # --- lifecycle --------------------------------------------------------
     async def open(self) -> None:
+        """Connect and apply pending migrations."""
         await self.dialect.open()
 
     async def close(self) -> None:
         await self.dialect.close()
 
     async def ping(self) -> None:
+        """Raise StorageError unless the database answers."""
         await self.dialect.ping()
 
     async def schema_version(self) -> int:
@@ -80,6 +84,17 @@ class SQLStore(Generic[D]):
     async def relay(
         self, limit: int, process: RelayProcessor, *, destinations_version: int | None = None
     ) -> tuple[RelayPlan, int]:
+        """Claim up to ``limit`` outbox rows in ``seq`` order, apply ``process``'s plan
+        and delete the rows, all in one transaction; returns the plan and the row count.
+
+        With ``destinations_version``, nothing is claimed and the count is
+        ``STALE_CATALOG`` when destinations changed since the caller's catalog was
+        built: fanning out with it could miss a destination created just before.
+
+        Deliveries planned with a ``lease_owner`` are stored claimed by it; the
+        plan's ``leased`` lists those that really are. One the committed status of
+        its destination holds (a change after the version check) is stored unleased
+        and due now instead, and one whose destination is gone is not stored."""
         d = self.dialect
         if self._outbox_idle and not await d.read("outbox_any"):
             return RelayPlan(), 0
@@ -157,6 +172,7 @@ class SQLStore(Generic[D]):
             raise
 
     async def outbox_stats(self) -> tuple[int, float | None]:
+        """Pending outbox rows and the ``created_at`` epoch of the oldest, if any."""
         count, oldest = (await self.dialect.read("outbox_stats", gauges=True))[0]
         return int(count), self.dialect.oldest_epoch(oldest)
 
@@ -165,6 +181,7 @@ class SQLStore(Generic[D]):
         return [dict(zip(_REJECTED_KEYS, row, strict=True)) for row in rows]
 
     async def get_outbox_event(self, tenant_id: str, event_id: str) -> Event | None:
+        """An event still waiting in the outbox, if it parses (for GET right after publish)."""
         rows = await self.dialect.read("outbox_event", event_id, tenant_id)
         if not rows:
             return None
@@ -184,6 +201,9 @@ class SQLStore(Generic[D]):
         exclude_destinations: Sequence[str] = (),
         due_since: float | None = None,
     ) -> list[DueDelivery]:
+        """Lease up to ``limit`` due deliveries of unheld destinations, oldest first;
+        with ``due_since``, only those due since then (the caller knows that the older
+        ones are all of ``exclude_destinations``)."""
         d = self.dialect
         async with d.tx() as c:
             want = Claim(now, limit, owner, lease_until, exclude_destinations, due_since)
@@ -200,15 +220,18 @@ class SQLStore(Generic[D]):
         ]
 
     async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:
+        """Extend the leases ``owner`` holds on ``ids`` (attempts still running)."""
         if not ids:
             return 0
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.execute(c, "renew_leases", until, owner, list(ids))
 
     async def watch_outbox(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` when producers insert outbox rows; False if unsupported."""
         return await self.dialect.watch_outbox(callback)
 
     async def record_attempts(self, records: Sequence[AttemptRecord]) -> None:
+        """Store attempts and move their deliveries on, in one transaction."""
         if not records:
             return
         d = self.dialect
@@ -248,45 +271,56 @@ class SQLStore(Generic[D]):
         await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))
 
     async def next_due_at(self) -> float | None:
+        """Earliest ``next_attempt_at`` of an unheld pending delivery."""
         value = (await self.dialect.read("next_due_at"))[0][0]
         return None if value is None else float(value)
 
     async def release_leases(self, *, owner: str | None, now: float) -> int:
+        """Make leased deliveries due now (``owner`` None: every owner's)."""
         async with self.dialect.tx(atomic=False) as c:
             if owner is None:
                 return await self.dialect.execute(c, "release_all_leases", now)
             return await self.dialect.execute(c, "release_leases", now, owner)
 
     async def delivery_counts(self, *, now: float) -> dict[str, int]:
+        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held``."""
         rows = await self.dialect.read("delivery_counts", now, gauges=True)
         due, scheduled, held = (int(v) for v in rows[0])
         return {"due": due, "scheduled_retry": scheduled, "held": held}
 
     # --- instances --------------------------------------------------------
     async def heartbeat(self, instance: Instance, *, now: float) -> bool:
+        """Record that ``instance`` lives; False if its row was missing (new, or reaped)."""
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.heartbeat(c, instance_to_row(instance, heartbeat_at=now))
 
     async def reap_instances(self, *, stale_before: float, now: float) -> dict[str, int]:
+        """Forget instances silent since before ``stale_before`` and make the deliveries
+        they leased due ``now``, in one transaction; ``{instance id: released}``."""
         async with self.dialect.tx() as c:
             return await self.dialect.reap(c, stale_before=stale_before, now=now)
 
     async def list_instances(self) -> list[Instance]:
+        """Every registered instance, oldest first."""
         return [instance_from_row(r) for r in await self.dialect.read("list_instances")]
 
     async def remove_instance(self, instance_id: str) -> None:
+        """Unregister an instance that stops cleanly."""
         async with self.dialect.tx(atomic=False) as c:
             await self.dialect.execute(c, "remove_instance", instance_id)
 
     # --- destinations -----------------------------------------------------
     async def destinations_version(self) -> int:
+        """A counter bumped by every change to any destination."""
         return int((await self.dialect.read("destinations_version"))[0][0])
 
     async def destination_counts(self) -> list[tuple[str, str, int]]:
+        """(type, status, count) of live destinations."""
         rows = await self.dialect.read("destination_counts", gauges=True)
         return [(str(t), str(s), int(n)) for t, s, n in rows]
 
     async def all_destinations(self) -> list[Destination]:
+        """Every destination that is not deleted (for the fan-out index)."""
         rows = await self.dialect.read("all_destinations")
         return [destination_from_row(r, self._box) for r in rows]
 
@@ -308,6 +342,11 @@ class SQLStore(Generic[D]):
         verification: tuple[Event, NewDelivery] | None = None,
         expected_updated_at: float | None = None,
     ) -> bool:
+        """Write every field of ``dest``; hold or release its deliveries to match
+        its status; a new verification supersedes a pending one.
+
+        With ``expected_updated_at``, write only if the stored row still has that
+        ``updated_at`` (optimistic concurrency); returns whether it wrote."""
         d = self.dialect
         row = destination_to_row(dest, self._box)
         async with d.tx() as c:
@@ -325,6 +364,7 @@ class SQLStore(Generic[D]):
             return True
 
     async def get_destination(self, tenant_id: str | None, dest_id: str) -> Destination | None:
+        """A destination by id (deleted ones too), scoped to a tenant unless None."""
         rows = await self.dialect.read("get_destination", dest_id, tenant_id)
         return destination_from_row(rows[0], self._box) if rows else None
 
@@ -337,6 +377,7 @@ class SQLStore(Generic[D]):
         before_id: str | None,
         limit: int,
     ) -> list[Destination]:
+        """Live destinations, newest first, ids strictly below ``before_id``."""
         rows = await self.dialect.read(
             "list_destinations",
             tenant_id,
@@ -348,6 +389,7 @@ class SQLStore(Generic[D]):
         return [destination_from_row(r, self._box) for r in rows]
 
     async def delete_destination(self, tenant_id: str, dest_id: str, *, now: float) -> bool:
+        """Soft-delete; pending deliveries to it end as ``failure``."""
         d = self.dialect
         async with d.tx() as c:
             if not await d.execute(c, "delete_destination", now, dest_id, tenant_id):
@@ -405,6 +447,7 @@ class SQLStore(Generic[D]):
     async def list_deliveries(
         self, flt: DeliveryFilter, *, before_id: str | None, limit: int
     ) -> list[Delivery]:
+        """Deliveries matching ``flt``, newest first, ids strictly below ``before_id``."""
         params: list[Any] = []
         where = self._filter_sql(flt, params)
         if before_id is not None:
@@ -424,6 +467,8 @@ class SQLStore(Generic[D]):
         return int(rows[0][0])
 
     async def requeue(self, ids: Sequence[str], *, now: float, max_retries: int) -> int:
+        """Finished deliveries start a fresh cycle of attempts; pending ones become due now.
+        Deliveries of deleted destinations and test pings are left alone."""
         if not ids:
             return 0
         async with self.dialect.tx() as c:
@@ -435,6 +480,8 @@ class SQLStore(Generic[D]):
 
     # --- API rate limit ---------------------------------------------------
     async def count_request(self, *, tenant_id: str, window_no: int, expire: bool) -> int:
+        """Count one request of ``tenant_id`` in fixed window ``window_no``; the window's
+        count so far, this one included. ``expire`` also deletes earlier windows."""
         d = self.dialect
         async with d.tx(atomic=False) as c:
             if expire:
@@ -445,6 +492,7 @@ class SQLStore(Generic[D]):
     async def idempotency_begin(
         self, *, tenant_id: str, key: str, fingerprint: str, now: float, ttl: float
     ) -> IdempotencyRecord | None:
+        """Reserve ``key``; None when it is new, else the record already there."""
         d = self.dialect
         async with d.tx() as c:
             await d.execute(c, "idempotency_expire", now - ttl)
@@ -462,10 +510,14 @@ class SQLStore(Generic[D]):
             await self.dialect.execute(c, "idempotency_finish", status, body, tenant_id, key)
 
     async def idempotency_abort(self, *, tenant_id: str, key: str) -> None:
+        """Forget a reservation whose request failed, so the client may retry."""
         async with self.dialect.tx(atomic=False) as c:
             await self.dialect.execute(c, "idempotency_abort", tenant_id, key)
 
     async def purge(self, *, before: float, limit: int) -> int:
+        """Delete up to ``limit`` finished deliveries last changed before ``before``,
+        with their attempts, then events and rejected rows left without a use;
+        returns how many deliveries went."""
         d = self.dialect
         async with d.tx() as c:
             ids = [r[0] for r in await d.fetch(c, "purge_select", before, limit)]
@@ -485,9 +537,11 @@ class SQLStore(Generic[D]):
         return str(rows[0][0]) if rows else None
 
     async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
+        """The tenant's keys, newest first, revoked ones included."""
         return [ApiKeyInfo(*row) for row in await self.dialect.read("list_api_keys", tenant_id)]
 
     async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
+        """Revoke the tenant's unrevoked keys whose hash starts with ``hash_prefix``."""
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.execute(
                 c, "revoke_api_keys", now, tenant_id, len(hash_prefix), hash_prefix
@@ -497,6 +551,12 @@ class SQLStore(Generic[D]):
     async def reencrypt_secrets(
         self, *, after_id: str | None, limit: int
     ) -> tuple[int, int, str | None]:
+        """Re-encrypt under the store's current key, in one transaction, the credentials
+        of up to ``limit`` destinations (deleted ones too) with ids above ``after_id``.
+
+        Rows already under the current key are left as they are. Returns the rows looked
+        at, the rows rewritten, and the last id looked at (None when none were left).
+        Raises CryptoError, naming the destination, if no key of the box opens a row."""
         d = self.dialect
         async with d.tx() as c:
             rows = await d.fetch(c, "reencrypt_select", after_id or "", limit)
