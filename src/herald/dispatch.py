@@ -230,10 +230,15 @@ class Dispatcher:
             self._claim_error = None
             if next_due is None:
                 await self._sleep(stop, lim.idle_poll, slot=False)
-            elif next_due <= time.time():
-                # Due work exists but only for saturated destinations: wait for a slot.
+            elif next_due <= self._claims.read_at:
+                # Due when the claim read, and not taken: due work exists but only for
+                # saturated destinations (or rows a peer holds): wait for a slot.
                 await self._sleep(stop, lim.idle_poll, slot=True)
             else:
+                # Not yet due when the claim read; it may be by now (a timer that fired
+                # a little early, a slow query): then claim again at once. Compared with
+                # the time of the query instead, it looked like saturated work and
+                # waited a whole idle poll (retries up to a second late on PostgreSQL).
                 await self._sleep(stop, min(next_due - time.time(), lim.idle_poll), slot=False)
 
     def rescan(self) -> None:

@@ -49,6 +49,8 @@ class Claims:
         """A claim skips destinations with this many outstanding: the most a claim or a
         relay batch gives one (more than it can run: its next ones wait in memory)."""
         self._floor: _Floor | None = None
+        self.read_at = 0.0
+        """The ``now`` of the last claim: what was due by then and not taken, it skipped."""
 
     def saturated(self, outstanding: Mapping[str, int]) -> list[str]:
         """The destinations a claim skips, given the deliveries outstanding per destination."""
@@ -67,7 +69,7 @@ class Claims:
         there. Anything else that makes old deliveries due again clears it
         (:meth:`rescan`); new ones are due from now on, past it.
         """
-        now = time.time()
+        now = self.read_at = time.time()
         excluded = frozenset(saturated)
         floor = self._floor
         if floor is not None and not (

@@ -103,7 +103,9 @@ async def test_exact_retry_schedule_then_failure(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:
     base = 0.01
-    h = herald_factory({"delivery": {"backoff_base_seconds": base, "max_retries": 10}})
+    # An idle poll longer than the tolerance: a retry that waited for it shows.
+    delivery = {"backoff_base_seconds": base, "max_retries": 10, "idle_poll_seconds": 1.5}
+    h = herald_factory({"delivery": delivery})
     receiver.behaviour = verification_ok_then(lambda _: web.Response(status=500))
     dest = await h.acreate_webhook(receiver.url, secret=SECRET)
     await wait_active(h, dest["id"])

@@ -192,6 +192,40 @@ async def test_retries_follow_the_policy_until_exhausted(
         assert gap >= 0.05 * 2 ** (k - 1) - 0.005, (k, gap)
 
 
+async def test_retries_run_at_their_due_time_even_when_the_due_query_is_slow(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory
+) -> None:
+    """A retry that becomes due between the claim and the query of the next due time
+    (a loaded PostgreSQL; a timer that fires a little early) is claimed at once, not
+    taken for saturated work that waits a whole idle poll (1.5 s here)."""
+    base = 0.05
+    h = await harness_factory(
+        delivery={"backoff_base_seconds": base, "max_retries": 5, "idle_poll_seconds": 1.5}
+    )
+    rx = await receivers(status(500, "down"))
+    await h.add_webhook(rx.url)
+    event_id = await h.emit("order.created")
+    dlv = await only_delivery(h, event_id)
+    next_due_at = h.store.next_due_at
+
+    async def slow_next_due_at() -> float | None:
+        value = await next_due_at()
+        await asyncio.sleep(base * 1.2)  # past the first retry's due time
+        return value
+
+    h.store.next_due_at = slow_next_due_at  # type: ignore[method-assign]
+    async with running(h.dispatcher()):
+        await wait_for_delivery(
+            h, dlv.id, lambda d: d.status is not DeliveryStatus.PENDING, timeout=20
+        )
+    arrivals = [r.at for r in rx.received]
+    assert len(arrivals) == 6
+    for k in range(1, 6):
+        gap = arrivals[k] - arrivals[k - 1]
+        expected = base * 2 ** (k - 1)
+        assert expected - 0.01 <= gap < expected + 0.5, (k, gap, expected)
+
+
 @pytest.mark.parametrize(
     ("code", "retry_after", "base", "expected_delay"),
     [
