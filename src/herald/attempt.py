@@ -79,7 +79,7 @@ async def attempt(
     else:
         nxt = policy.next_attempt_at(
             failed_attempt=number,
-            max_attempts=item.max_attempts,
+            round_start=policy.round_start(item.max_attempts, item.attempt_count),
             now=time.time(),
             retry_after=result.retry_after,
         )

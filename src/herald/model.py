@@ -131,6 +131,7 @@ class Delivery:
     status: DeliveryStatus
     attempt_count: int
     max_attempts: int
+    """Where its current round of attempts starts (see ``NewDelivery.max_attempts``)."""
     next_attempt_at: float | None
     held: bool
     created_at: float
@@ -150,6 +151,9 @@ class NewDelivery:
     destination_id: str
     kind: DeliveryKind
     max_attempts: int
+    """Despite the (column's) name, where the delivery's current round of attempts
+    starts: 0, or 1 for a test ping's fixed single attempt. The budget is the
+    attempting daemon's config (``RetryPolicy.round_start``)."""
     next_attempt_at: float | None
     """None for a test ping, which the API attempts itself and workers never claim.
     For a delivery leased at insert (``lease_owner``), the lease's end."""

@@ -125,7 +125,7 @@ class Relay:
                         event_type=event.type,
                         destination_id=entry.dest.id,
                         kind=DeliveryKind.EVENT,
-                        max_attempts=self._policy.max_attempts,
+                        max_attempts=0,  # its first round: the budget is the daemon's
                         next_attempt_at=ts if lease is None else lease.lease_until,
                         held=held,
                         created_at=ts,

@@ -2,7 +2,9 @@
 
 After failed attempt *k* (1-based) the next runs ``base × 2^(k−1)`` later:
 30 s, 60 s, 120 s … 15 360 s with the defaults; after ``max_retries`` retries
-(``max_retries + 1`` attempts) the delivery is ``failure``. A ``Retry-After``
+(``max_retries + 1`` attempts) the delivery is ``failure``. The budget is decided
+here, when an attempt is recorded, from the recording daemon's config: a change of
+``max_retries`` applies to deliveries already scheduled. A ``Retry-After``
 from the receiver can push the next attempt later, never earlier.
 
 Database trouble is retried apart from that schedule, by :func:`retry_storage`.
@@ -42,22 +44,37 @@ class RetryPolicy:
         self,
         *,
         failed_attempt: int,
-        max_attempts: int,
+        round_start: int,
         now: float,
         retry_after: float | None = None,
     ) -> float | None:
         """When to try again after a failure, or None when the delivery is exhausted.
 
-        ``failed_attempt`` counts every attempt the delivery has had, and
-        ``max_attempts`` is the delivery's own budget (replays extend it).
+        ``failed_attempt`` counts every attempt the delivery has had; ``round_start``
+        is how many it had before its current round (0; a replay of a finished
+        delivery starts a new round). The budget is this policy's, the daemon's
+        current config: ``max_retries`` retries after the round's first attempt.
         """
-        if failed_attempt >= max_attempts:
+        made = failed_attempt - round_start
+        if made >= self.max_attempts:
             return None
-        cycle_start = max_attempts - self.max_attempts
-        delay = self.delay(max(failed_attempt - cycle_start, 1))
+        delay = self.delay(max(made, 1))
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.retry_after_max_seconds))
         return now + delay
+
+    def round_start(self, stored: int, attempt_count: int) -> int:
+        """Where a delivery's current round began, from its stored ``max_attempts``
+        column and the attempts it had before this one.
+
+        The column holds the round's start (0 at creation, the attempt count at a
+        replay), never more than the attempts made. A larger value is a fixed budget:
+        a test ping's 1, or what an earlier version stored at creation (the delivery
+        is still pending, so below it): such a delivery keeps that end.
+        """
+        if stored <= attempt_count:
+            return stored
+        return stored - self.max_attempts
 
     def schedule(self) -> list[float]:
         """The full schedule of delays, for docs and ``check-config``."""

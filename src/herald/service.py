@@ -173,7 +173,7 @@ class DestinationService:
             event_type=event.type,
             destination_id=dest.id,
             kind=DeliveryKind.VERIFICATION,
-            max_attempts=self.policy.max_attempts,
+            max_attempts=0,  # its first round: the daemon that attempts it decides the budget
             next_attempt_at=now,
             held=False,
             created_at=now,
@@ -447,9 +447,7 @@ class DestinationService:
         dest = await self.store.get_destination(tenant_id, delivery.destination_id)
         if dest is None or dest.deleted:
             raise Conflict("the destination was deleted", code="destination_deleted")
-        await self.store.requeue(
-            [delivery_id], now=time.time(), max_retries=self.policy.max_retries
-        )
+        await self.store.requeue([delivery_id], now=time.time())
         self._on_change()
         return await self.get_delivery(tenant_id, delivery_id)
 
@@ -519,9 +517,7 @@ class DestinationService:
             )
             for chunk in chunks:
                 due = time.time() if step is None else started + requeued // step
-                requeued += await self.store.requeue(
-                    chunk, now=due, max_retries=self.policy.max_retries
-                )
+                requeued += await self.store.requeue(chunk, now=due)
             seen += len(batch)
             before = batch[-1].id
             progress(min(seen, total), total)

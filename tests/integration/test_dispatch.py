@@ -226,6 +226,69 @@ async def test_retries_run_at_their_due_time_even_when_the_due_query_is_slow(
         assert expected - 0.01 <= gap < expected + 0.5, (k, gap, expected)
 
 
+def same_key(h: Harness) -> dict[str, Any]:
+    """Security settings for another process on ``h``'s database: its encryption key."""
+    key = h.settings.security.encryption_key
+    assert key is not None
+    return {"encryption_key": key.get_secret_value()}
+
+
+async def test_the_retry_budget_is_the_attempting_daemons_current_config(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory
+) -> None:
+    """Created and failed 3 times under max_retries=5, a delivery ends as ``failure``
+    after its next failure once the daemon runs with max_retries=2 (no more
+    attempts)."""
+    before = await harness_factory(delivery={"backoff_base_seconds": 0.1, "max_retries": 5})
+    rx = await receivers(status(500, "down"))
+    await before.add_webhook(rx.url)
+    event_id = await before.emit("order.created")
+    dlv = await only_delivery(before, event_id)
+    async with running(before.dispatcher(owner="before")):
+        await wait_for_delivery(before, dlv.id, lambda d: d.attempt_count >= 3)
+        # Stopped between attempts 3 and 4 (the 4th is due 0.4 s after the 3rd).
+    assert (await before.delivery(dlv.id)).attempt_count == 3
+
+    after = await harness_factory(
+        delivery={"backoff_base_seconds": 0.05, "max_retries": 2}, security=same_key(before)
+    )
+    await after.catalog.refresh()
+    async with running(after.dispatcher(owner="after")):
+        done = await wait_for_delivery(
+            after, dlv.id, lambda d: d.status is not DeliveryStatus.PENDING
+        )
+        await asyncio.sleep(0.3)  # time for another attempt, if there were one
+    done = await after.delivery(dlv.id)
+    assert done.status is DeliveryStatus.FAILURE
+    assert done.attempt_count == 4
+    assert len(rx.received) == 4
+
+
+async def test_a_verification_created_elsewhere_follows_the_daemons_budget(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory
+) -> None:
+    """A destination created by a process with max_retries=10 (the CLI, with its own
+    config) is verified by the daemon with max_retries=1: two attempts, then failure."""
+    cli = await harness_factory(delivery={"backoff_base_seconds": 0.05, "max_retries": 10})
+    rx = await receivers(status(500, "down"))
+    dest = await cli.service.create(
+        "default", {"name": "v", "type": "webhook", "events": ["*"], "webhook": {"url": rx.url}}
+    )
+    [ping] = await cli.deliveries(destination_id=dest.id)
+
+    daemon = await harness_factory(
+        delivery={"backoff_base_seconds": 0.05, "max_retries": 1}, security=same_key(cli)
+    )
+    await daemon.catalog.refresh()
+    async with running(daemon.dispatcher(owner="daemon")):
+        await wait_for_delivery(daemon, ping.id, lambda d: d.status is not DeliveryStatus.PENDING)
+        await asyncio.sleep(0.3)
+    done = await daemon.delivery(ping.id)
+    assert done.status is DeliveryStatus.FAILURE
+    assert done.attempt_count == 2
+    assert len(rx.received) == 2
+
+
 @pytest.mark.parametrize(
     ("code", "retry_after", "base", "expected_delay"),
     [

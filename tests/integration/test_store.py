@@ -534,7 +534,7 @@ async def test_claim_due_leases_rows_until_the_lease_passes(harness: Harness) ->
     first = await h.store.claim_due(now=now, limit=2, owner="w1", lease_until=now + 30)
     assert len(first) == 2
     assert all(d.event.type == "a.b" and d.attempt_count == 0 for d in first)
-    assert all(d.max_attempts == h.policy.max_attempts for d in first)
+    assert all(d.max_attempts == 0 for d in first)
     second = await h.store.claim_due(now=now, limit=10, owner="w2", lease_until=now + 30)
     assert len(second) == 1
     assert sorted([*(d.id for d in first), second[0].id]) == ids
@@ -980,30 +980,28 @@ async def test_requeue_semantics(harness_factory: HarnessFactory) -> None:
     )
 
     now = time.time()
-    n = await h.store.requeue(
-        [*live_ids, *gone_ids, test_dlv, verification_id], now=now, max_retries=2
-    )
+    n = await h.store.requeue([*live_ids, *gone_ids, test_dlv, verification_id], now=now)
     assert n == 3
     f = await h.delivery(failed)
     assert (f.status, f.attempt_count, f.max_attempts, f.next_attempt_at) == (
         DeliveryStatus.PENDING,
         3,
-        3 + 2 + 1,
+        3,  # a new round starts after its 3 attempts
         now,
     )
     s = await h.delivery(succeeded)
     assert (s.status, s.attempt_count, s.max_attempts, s.next_attempt_at) == (
         DeliveryStatus.PENDING,
         1,
-        1 + 2 + 1,
+        1,
         now,
     )
     p = await h.delivery(scheduled)
-    # A pending delivery keeps its budget and simply becomes due now.
+    # A pending delivery keeps its round (the first) and simply becomes due now.
     assert (p.status, p.attempt_count, p.max_attempts, p.next_attempt_at) == (
         DeliveryStatus.PENDING,
         1,
-        3,
+        0,
         now,
     )
     for untouched in (*gone_ids, test_dlv, verification_id):
@@ -1022,7 +1020,7 @@ async def test_requeue_of_an_inactive_destination_stays_held(harness: Harness) -
     await h.store.update_destination(
         replace(dest, status=DestinationStatus.INACTIVE, updated_at=time.time())
     )
-    assert await h.store.requeue([dlv], now=time.time(), max_retries=3) == 1
+    assert await h.store.requeue([dlv], now=time.time()) == 1
     d = await h.delivery(dlv)
     assert d.status is DeliveryStatus.PENDING
     assert d.held

@@ -16,7 +16,7 @@ def test_next_attempt_follows_schedule_then_exhausts() -> None:
     policy = RetryPolicy(base_seconds=30, max_retries=10)
     times = []
     for failed in range(1, 12):
-        times.append(policy.next_attempt_at(failed_attempt=failed, max_attempts=11, now=1000.0))
+        times.append(policy.next_attempt_at(failed_attempt=failed, round_start=0, now=1000.0))
     assert times[:10] == [1000.0 + 30 * 2 ** (k - 1) for k in range(1, 11)]
     assert times[10] is None
 
@@ -28,23 +28,43 @@ def test_shrunken_base_keeps_the_shape() -> None:
 
 def test_retry_after_pushes_later_never_earlier() -> None:
     policy = RetryPolicy(base_seconds=30, retry_after_max_seconds=3600)
-    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=5) == 30
-    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=90) == 90
+    assert policy.next_attempt_at(failed_attempt=1, round_start=0, now=0, retry_after=5) == 30
+    assert policy.next_attempt_at(failed_attempt=1, round_start=0, now=0, retry_after=90) == 90
     # Capped, so a hostile receiver cannot park a delivery for years.
-    assert policy.next_attempt_at(failed_attempt=1, max_attempts=11, now=0, retry_after=1e9) == 3600
+    assert policy.next_attempt_at(failed_attempt=1, round_start=0, now=0, retry_after=1e9) == 3600
 
 
 def test_replayed_delivery_restarts_the_schedule() -> None:
     policy = RetryPolicy(base_seconds=30, max_retries=10)
-    # 11 attempts used, replay grants 11 more: attempt 12 failing waits 30 s again.
-    assert policy.next_attempt_at(failed_attempt=12, max_attempts=22, now=0) == 30
-    assert policy.next_attempt_at(failed_attempt=21, max_attempts=22, now=0) == 15360
-    assert policy.next_attempt_at(failed_attempt=22, max_attempts=22, now=0) is None
+    # 11 attempts used, the replay starts a new round there: attempt 12 failing waits
+    # 30 s again, and the round has 11 attempts.
+    assert policy.round_start(11, 11) == 11
+    assert policy.next_attempt_at(failed_attempt=12, round_start=11, now=0) == 30
+    assert policy.next_attempt_at(failed_attempt=21, round_start=11, now=0) == 15360
+    assert policy.next_attempt_at(failed_attempt=22, round_start=11, now=0) is None
 
 
-def test_single_attempt_budget_never_retries() -> None:
-    policy = RetryPolicy()
-    assert policy.next_attempt_at(failed_attempt=1, max_attempts=1, now=0) is None
+def test_the_budget_is_the_current_config() -> None:
+    """Created under max_retries=5, failed 3 times: with max_retries=2 its next failure
+    (the 4th attempt) ends it; with max_retries=10 it goes on."""
+    lowered = RetryPolicy(max_retries=2)
+    assert lowered.next_attempt_at(failed_attempt=4, round_start=0, now=0) is None
+    raised = RetryPolicy(base_seconds=1, max_retries=10)
+    assert raised.next_attempt_at(failed_attempt=4, round_start=0, now=0) == 8
+
+
+def test_a_stored_budget_keeps_its_end() -> None:
+    """A value above the attempts made is a fixed budget (a test ping's 1, or what an
+    earlier version stored at creation): the delivery ends where it was told."""
+    for max_retries in (0, 2, 10):
+        policy = RetryPolicy(base_seconds=30, max_retries=max_retries)
+        assert (
+            policy.next_attempt_at(failed_attempt=1, round_start=policy.round_start(1, 0), now=0)
+            is None
+        )
+        start = policy.round_start(6, 3)  # created with a budget of 6, 3 attempts made
+        assert policy.next_attempt_at(failed_attempt=4, round_start=start, now=0) is not None
+        assert policy.next_attempt_at(failed_attempt=6, round_start=start, now=0) is None
 
 
 def test_attempt_numbers_start_at_one() -> None:

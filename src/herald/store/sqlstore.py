@@ -466,13 +466,15 @@ class SQLStore(Generic[D]):
         rows = await self.dialect.read("count_deliveries", *params, parts={"where": where})
         return int(rows[0][0])
 
-    async def requeue(self, ids: Sequence[str], *, now: float, max_retries: int) -> int:
-        """Finished deliveries start a fresh cycle of attempts; pending ones become due now.
-        Deliveries of deleted destinations and test pings are left alone."""
+    async def requeue(self, ids: Sequence[str], *, now: float) -> int:
+        """Finished deliveries start a fresh round of attempts (its start, their attempt
+        count, is stored in ``max_attempts``; the daemon's config decides its budget);
+        pending ones become due now. Deliveries of deleted destinations and test pings
+        are left alone."""
         if not ids:
             return 0
         async with self.dialect.tx() as c:
-            return await self.dialect.execute(c, "requeue", max_retries + 1, now, list(ids))
+            return await self.dialect.execute(c, "requeue", 0, now, list(ids))
 
     async def get_event(self, tenant_id: str | None, event_id: str) -> Event | None:
         rows = await self.dialect.read("get_event", event_id, tenant_id)
