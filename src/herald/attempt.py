@@ -58,6 +58,16 @@ async def attempt(
             result = Result(
                 Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
             )
+        except ValueError as exc:
+            # What cannot be put on the wire as it is (a control character in a header,
+            # a value the SDK refuses): no retry changes that, and it is no crash.
+            log.warning(
+                "attempt_unsendable",
+                delivery_id=item.id,
+                destination_id=entry.dest.id,
+                error=repr(exc),
+            )
+            result = Result.permanent(f"cannot be sent by the {type_id} adapter: {exc!r}")
         except Exception as exc:  # an adapter bug must not kill the engine
             log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
             result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")

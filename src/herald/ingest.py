@@ -7,6 +7,8 @@ import cycle.
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 from herald.match import validate_event_type
@@ -14,6 +16,28 @@ from herald.model import DEFAULT_TENANT, Event, OutboxRow
 from herald.timeutil import parse_timestamp
 
 MAX_ID_LENGTH = 255
+
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""C0 controls, DEL and C1 controls: in an id or a name they would break a header line
+(``evt_x\r\nX-Injected: yes``), a log line or an operator's terminal."""
+
+
+def control_problem(text: str, name: str) -> str | None:
+    """Why ``text`` cannot be an id, a type or a name: it holds a control character."""
+    found = CONTROL.search(text)
+    if found is None:
+        return None
+    return f"{name} contains a control character ({found.group()!r} at {found.start()})"
+
+
+def event_id_problem(event_id: str) -> str | None:
+    """Why ``event_id`` is not an event id (``evt_…``, at most 255 characters, no
+    control character), or None."""
+    if not event_id.startswith("evt_") or len(event_id) <= 4:
+        return f"id {event_id[:64]!r} must start with 'evt_'"
+    if len(event_id) > MAX_ID_LENGTH:
+        return f"id is longer than {MAX_ID_LENGTH} characters"
+    return control_problem(event_id, "id")
 
 
 class Reject(Exception):
@@ -39,13 +63,13 @@ def _text(raw: bytes | None, name: str) -> str:
 def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
     """Validate one raw outbox row into an event, or raise :class:`Reject`."""
     event_id = _text(row.id, "id")
-    if not event_id.startswith("evt_") or len(event_id) <= 4:
-        raise Reject("invalid_id", f"id {event_id[:64]!r} must start with 'evt_'")
-    if len(event_id) > MAX_ID_LENGTH:
-        raise Reject("invalid_id", f"id is longer than {MAX_ID_LENGTH} characters")
+    if (problem := event_id_problem(event_id)) is not None:
+        raise Reject("invalid_id", problem)
     tenant = _text(row.tenant_id, "tenant_id") if row.tenant_id is not None else DEFAULT_TENANT
     if not tenant or len(tenant) > MAX_ID_LENGTH:
         raise Reject("invalid_tenant_id", "tenant_id must be 1 to 255 characters")
+    if (problem := control_problem(tenant, "tenant_id")) is not None:
+        raise Reject("invalid_tenant_id", problem)
     type_ = _text(row.type, "type")
     try:
         validate_event_type(type_)

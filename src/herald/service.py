@@ -20,6 +20,7 @@ from herald.attempt import attempt
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.ids import new_id
+from herald.ingest import control_problem, event_id_problem
 from herald.match import validate_event_type, validate_pattern
 from herald.model import (
     DEFAULT_TENANT,
@@ -73,6 +74,8 @@ def _name(body: Mapping[str, Any]) -> str | None:
         raise ValidationError(
             f"name must be 1 to {MAX_NAME_LENGTH} characters", field="name", code="name_invalid"
         )
+    if name is not None and (problem := control_problem(name, "name")) is not None:
+        raise ValidationError(problem, field="name", code="name_invalid")
     return name
 
 
@@ -543,8 +546,8 @@ class DestinationService:
             raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
         if event_id is None:
             event_id = new_id("evt_")
-        elif not event_id.startswith("evt_") or len(event_id) <= 4 or len(event_id) > 255:
-            raise ValidationError("id must start with 'evt_'", field="id", code="event_id_invalid")
+        elif (problem := event_id_problem(event_id)) is not None:
+            raise ValidationError(problem, field="id", code="event_id_invalid")
         now = time.time()
         if created_at is None:
             instant_text, instant_ts = format_epoch(now), now

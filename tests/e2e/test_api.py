@@ -805,7 +805,13 @@ async def test_422_for_invalid_values(api: Api) -> None:
             for missing in ("name", "type", "events")
         ],
         ("POST", DESTS, {"json": {**hook(url), "name": ""}}, "name_invalid", "name"),
+        # Control characters (C0, DEL, C1): a retitled terminal, a broken log line.
+        *[
+            ("POST", DESTS, {"json": {**hook(url), "name": name}}, "name_invalid", "name")
+            for name in ("\u001b]0;PWNED\u0007", "a\x7fb", "a\u0085b")
+        ],
         # PATCH
+        ("PATCH", path, {"json": {"name": "two\nlines"}}, "name_invalid", "name"),
         ("PATCH", path, {"json": {"status": "paused"}}, "status_invalid", "status"),
         ("PATCH", path, {"json": {"events": ["A B"]}}, "event_pattern_invalid", "events[0]"),
         # list filters
@@ -826,6 +832,11 @@ async def test_422_for_invalid_values(api: Api) -> None:
                 ({"type": "Task Run", "data": {}}, "event_type_invalid", "type"),
                 ({"type": "", "data": {}}, "event_type_invalid", "type"),
                 ({"type": "a.b", "data": {}, "id": "123"}, "event_id_invalid", "id"),
+                *[
+                    ({"type": "a.b", "data": {}, "id": i}, "event_id_invalid", "id")
+                    for i in ("evt_x\r\nX-Injected: yes", "evt_\u009bx", "evt_\x7f")
+                ],
+                ({"type": "a.b\r\nX: y", "data": {}}, "event_type_invalid", "type"),
                 (
                     {"type": "a.b", "data": {}, "created_at": "soon"},
                     "timestamp_invalid",

@@ -20,9 +20,11 @@ from herald.ids import new_id
 from herald.model import (
     AttemptRecord,
     Delivery,
+    DeliveryKind,
     DeliveryStatus,
     DestinationStatus,
     DueDelivery,
+    Event,
     Outcome,
 )
 from herald.timeutil import format_epoch
@@ -888,3 +890,21 @@ async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
         dispatcher.rescan()
         await late_rx.wait_for(lambda: len(late_rx.received) == 3, timeout=5)
         gate.release()
+
+
+async def test_an_event_that_cannot_be_sent_is_a_permanent_failure_not_a_crash(
+    harness: Harness, receivers: ReceiverFactory
+) -> None:
+    """An event id with CR LF (stored before ingest refused them) makes the HTTP client
+    refuse the header: a ``failure_permanent`` attempt, no traceback, nothing sent."""
+    h = harness
+    rx = await receivers()
+    dest = await h.add_webhook(rx.url)
+    event = Event("evt_x\r\nX-Injected: yes", "default", "a.b", "2026-01-01T00:00:00Z", 0.0, b"{}")
+    item = DueDelivery(new_id("dlv_"), dest.id, DeliveryKind.EVENT, 0, 0, event)
+    record, _ = await attempt(h.catalog, h.policy, item)
+    assert record.attempt.outcome is Outcome.FAILURE_PERMANENT
+    assert record.status is DeliveryStatus.PENDING  # it still follows the schedule
+    assert record.next_attempt_at is not None
+    assert "cannot be sent" in (record.attempt.error or "")
+    assert rx.received == []

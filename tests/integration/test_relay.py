@@ -126,6 +126,11 @@ async def test_poison_rows_a_typed_outbox_admits_are_rejected_too(harness: Harne
         ("abc_q6", "order.created", "{}", GOOD_TS, "invalid_id"),
         ("evt_", "order.created", "{}", GOOD_TS, "invalid_id"),
         ("evt_" + "x" * 300, "order.created", "{}", GOOD_TS, "invalid_id"),
+        # Control characters: a header injection, a terminal escape, a C1 control.
+        ("evt_q11\r\nX-Injected: yes", "order.created", "{}", GOOD_TS, "invalid_id"),
+        ("evt_q12\x1b]0;PWNED\x07", "order.created", "{}", GOOD_TS, "invalid_id"),
+        ("evt_q13\u0085", "order.created", "{}", GOOD_TS, "invalid_id"),
+        ("evt_q14", "order.created\r\nX: y", "{}", GOOD_TS, "invalid_type"),
         ("evt_dup", "order.created", '{"n": 1}', GOOD_TS, "duplicate_id"),
         # Instants a timestamptz holds that are no RFC 3339 time: never shifted or dropped.
         ("evt_q7", "order.created", "{}", "infinity", "invalid_created_at"),
@@ -155,6 +160,7 @@ async def test_poison_rows_a_typed_outbox_admits_are_rejected_too(harness: Harne
     by_id = {r[1]: r[2] for r in rejected}
     assert "already ingested" in by_id["evt_dup"]
     assert "must be a JSON object" in by_id["evt_q1"]
+    assert "control character" in by_id["evt_q11\r\nX-Injected: yes"]
     for id_ in ("evt_q7", "evt_q8", "evt_q9", "evt_q10"):
         assert "invalid timestamp" in by_id[id_], by_id[id_]
     listed = await h.store.list_rejected(limit=100)

@@ -56,6 +56,12 @@ def test_offset_timestamps_are_converted_to_utc() -> None:
         ({"id": b"evt_"}, "invalid_id"),
         ({"id": b"evt_\xff"}, "invalid_id"),
         ({"id": b"evt_a\x00b"}, "invalid_id"),
+        # Control characters (C0, DEL, C1): a header injection, a broken log line.
+        ({"id": b"evt_x\r\nX-Injected: yes"}, "invalid_id"),
+        ({"id": b"evt_x\x7f"}, "invalid_id"),
+        ({"id": "evt_x\u0085".encode()}, "invalid_id"),
+        ({"type": b"a.b\r\nX-Injected: yes"}, "invalid_type"),
+        ({"tenant_id": b"acme\x1b[2J"}, "invalid_tenant_id"),
         ({"tenant_id": b""}, "invalid_tenant_id"),
         ({"created_at": b"yesterday"}, "invalid_created_at"),
         ({"created_at": b"2026-02-30T00:00:00Z"}, "invalid_created_at"),
