@@ -17,7 +17,7 @@ from aiohttp import web
 from herald import __version__
 from herald.api import ops, v2
 from herald.api.ops import ReadinessCheck
-from herald.config import Settings
+from herald.config import Settings, mask_secrets
 from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
@@ -214,7 +214,7 @@ class Daemon:
         log.info(
             "herald_started",
             listen=s.api.listen,
-            database=s.database.url.split("@")[-1],
+            database=mask_secrets(s.database.url).split("@")[-1],
             destinations=len(parts.comp.catalog),
             pid=os.getpid(),
         )

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import pydantic
 from pydantic import (
@@ -26,7 +26,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from herald.crypto import parse_key
 from herald.errors import ConfigError
@@ -301,7 +306,8 @@ def _describe(errors: list[Any]) -> str:
             and not isinstance(err["input"], dict | list)
             and "encryption_key" not in key  # never echo a key, even a malformed one
         ):
-            msg = f"{msg} (got {err['input']!r})"
+            got = err["input"]
+            msg = f"{msg} (got {mask_secrets(got) if isinstance(got, str) else got!r})"
         lines.append(f"{key}: {msg}")
     return "; ".join(lines)
 
@@ -319,19 +325,64 @@ def load_settings(path: Path | None = None) -> Settings:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
         except OSError as exc:
             raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+    where = f"config {path}" if path else "config"
+    # A top-level "_…" key would reach pydantic-settings as an option of its own
+    # (``_env_file``, ``_secrets_dir``, ``_cli_parse_args``), not as a setting.
+    if odd := sorted(key for key in data if key.startswith("_")):
+        raise ConfigError(f"{where}: {odd[0]}: unknown key")
     try:
         return Settings(**data)
     except pydantic.ValidationError as exc:
-        where = f"config {path}" if path else "config"
         raise ConfigError(f"{where}: {_describe(exc.errors())}") from exc
+    except SettingsError as exc:  # a HERALD_… variable of a section that is not JSON
+        raise ConfigError(f"environment: {exc}") from exc
+
+
+MASK = "********"
+
+
+def mask_secrets(value: str) -> str:
+    """``value`` with the password of a URL in it replaced by ``********``: the one
+    after ``user:`` (``postgresql://user:PASSWORD@host/db``, a proxy's
+    ``http://user:PASSWORD@host:port``) and any ``…password=`` query parameter.
+    Anything that is not such a URL comes back as it is."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a URL urlsplit cannot read (a bad "[" host): whole, if in doubt
+        return MASK if "@" in value or "password" in value.lower() else value
+    if not parts.scheme:
+        return value
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{colon and ':' + MASK}@{hostport}"
+    query = "&".join(
+        f"{name}={MASK}" if name.lower().endswith("password") and sep else f"{name}{sep}{v}"
+        for name, sep, v in (pair.partition("=") for pair in parts.query.split("&"))
+    )
+    if (netloc, query) == (parts.netloc, parts.query):
+        return value
+    return SplitResult(parts.scheme, netloc, parts.path, query, parts.fragment).geturl()
+
+
+def _mask_strings(data: Any) -> Any:
+    if isinstance(data, str):
+        return mask_secrets(data)
+    if isinstance(data, dict):
+        return {k: _mask_strings(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_strings(v) for v in data]
+    return data
 
 
 def masked(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, secrets replaced by ``********``."""
-    out: dict[str, Any] = settings.model_dump(mode="json")
+    """The effective settings as plain data, secrets replaced by ``********``: the
+    keys, and the password of every URL (``database.url``, proxies)."""
+    out: dict[str, Any] = _mask_strings(settings.model_dump(mode="json"))
     key = settings.security.encryption_key
-    out["security"]["encryption_key"] = None if key is None else "********"
+    out["security"]["encryption_key"] = None if key is None else MASK
     out["security"]["previous_encryption_keys"] = [
-        "********" for _ in settings.security.previous_encryption_keys
+        MASK for _ in settings.security.previous_encryption_keys
     ]
     return out

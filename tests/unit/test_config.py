@@ -166,3 +166,43 @@ def test_worker_processes_auto_respects_the_cgroup_cpu_quota(
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(32)))
     monkeypatch.setattr("herald.config.CGROUP_ROOT", tmp_path)
     assert load_settings().delivery.worker_processes == workers
+
+
+def test_check_config_prints_no_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`herald check-config` shows every URL without its password: the database's
+    (in the userinfo or as a query parameter) and the webhook proxy's."""
+    import argparse
+    import asyncio
+
+    from herald.cli.ops import cmd_check_config
+
+    def main(path: Path) -> int:
+        return asyncio.run(cmd_check_config(load_settings(path), argparse.Namespace()))
+
+    path = write(
+        tmp_path,
+        '[database]\nurl = "postgresql://herald:Pg-S3cret@db.internal:5432/herald"\n'
+        '[delivery]\nwebhook_proxy = "http://squid:Pr0xy-S3cret@proxy.internal:3128"\n',
+    )
+    assert main(path) == 0
+    out = capsys.readouterr().out
+    assert "Pg-S3cret" not in out
+    assert "Pr0xy-S3cret" not in out
+    assert "postgresql://herald:********@db.internal:5432/herald" in out
+    assert "http://squid:********@proxy.internal:3128" in out
+
+    monkeypatch.setenv("HERALD_DATABASE__URL", "postgresql://db/herald?user=h&password=Q-S3cret")
+    assert main(path) == 0
+    out = capsys.readouterr().out
+    assert "Q-S3cret" not in out
+    assert "password=********" in out
+
+
+def test_a_rejected_url_is_echoed_without_its_password(tmp_path: Path) -> None:
+    path = write(tmp_path, '[database]\nurl = "mysql://root:My-S3cret@db/herald"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert "My-S3cret" not in err.value.message
+    assert "database.url" in err.value.message

@@ -15,6 +15,7 @@ from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
 from herald.cli.keys import cmd_keys
 from herald.cli.ops import cmd_check_config, cmd_instances, cmd_migrate, cmd_rejected, cmd_replay
+from herald.cli.output import visible
 from herald.cli.parser import build_parser
 from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
 from herald.config import Settings, load_settings
@@ -37,7 +38,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
 
 
 def _die(message: str, code: int) -> NoReturn:
-    print(f"herald: error: {message}", file=sys.stderr)
+    print(f"herald: error: {visible(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 

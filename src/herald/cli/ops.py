@@ -8,7 +8,7 @@ import sys
 import time
 
 from herald.cli.common import EXIT_OK, delivery_filter, os_user
-from herald.cli.output import print_json, table
+from herald.cli.output import print_json, table, visible
 from herald.config import Settings, masked
 from herald.timeutil import format_epoch
 from herald.views import delivery_view
@@ -65,7 +65,7 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if result.dry_run:
         print(f"{result.matched} deliveries match; dry run, nothing re-queued")
         for d in result.sample:
-            print(f"  {d.id}  {d.event_type}  {d.destination_id}  {d.status.value}")
+            print(visible(f"  {d.id}  {d.event_type}  {d.destination_id}  {d.status.value}"))
     else:
         print(f"re-queued {result.requeued} of {result.matched} matching deliveries")
     return EXIT_OK

@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from herald.ingest import CONTROL
+
+_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+"""DEL and the C1 controls, which JSON may carry unescaped (orjson does)."""
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters (C0, DEL, C1) escaped as ``\\x1b``,
+    ``\\n``: a name, an id or an error from the database cannot move the cursor,
+    retitle the operator's terminal or forge an output line."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+    text = orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
+    # Only inside strings (JSON's own syntax is printable ASCII): escaped, the same value.
+    text = _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    sys.stdout.write(text + "\n")
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    cells = [[("-" if c is None else visible(str(c))) for c in row] for row in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)
     ]
@@ -55,7 +71,7 @@ def print_delivery(v: dict[str, Any]) -> None:
         "next_attempt_at",
         "created_at",
     ):
-        print(f"{key:16} {v[key] if v[key] is not None else '-'}")
+        print(f"{key:16} {visible(str(v[key])) if v[key] is not None else '-'}")
     attempts = v.get("attempts") or []
     if attempts:
         print()
@@ -67,7 +83,7 @@ def print_delivery(v: dict[str, Any]) -> None:
                     a["duration_ms"],
                     a["outcome"],
                     a["response_status"],
-                    (a["error"] or "")[:60],
+                    visible(a["error"] or "")[:60],
                 )
                 for a in attempts
             ],
