@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sqlite3
+import stat
 import threading
 import time
 import warnings
@@ -163,6 +165,32 @@ async def test_migrations_run_once_and_reopen_is_idempotent(harness: Harness) ->
 @pytest.mark.sqlite_only
 async def test_database_is_in_wal_mode(harness: Harness) -> None:
     assert harness.scalar("PRAGMA journal_mode") == "wal"
+
+
+async def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Like the key file: the database holds every payload and the sealed credentials.
+    Its -wal and -shm files, which SQLite creates with the main file's mode, too."""
+    path = tmp_path / "data" / "herald.db"
+    umask = os.umask(0o022)  # what most hosts have: without care, the file is 0644
+    try:
+        store = SQLiteStore(path, box=SecretBox(parse_key(generate_key())))
+        await store.open()
+    finally:
+        os.umask(umask)
+    try:
+        await store.create_api_key(key_hash="f" * 64, tenant_id="t", hint="ffff", now=0.0)
+        files = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
+        assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {
+            f.name: 0o600 for f in files
+        }
+    finally:
+        await store.close()
+    # An existing file keeps the mode its operator gave it.
+    path.chmod(0o640)
+    again = SQLiteStore(path, box=SecretBox(parse_key(generate_key())))
+    await again.open()
+    await again.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 @pytest.mark.sqlite_only
