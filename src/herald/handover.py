@@ -91,7 +91,8 @@ class Handover:
 
     def receive(self, plan: RelayPlan) -> None:
         """The relay committed ``plan``: start the deliveries it stored leased to us."""
-        events = {e.id: e for e in plan.events}
+        # An event id is unique per tenant only: the delivery's tenant picks the event.
+        events = {(e.tenant_id, e.id): e for e in plan.events}
         planned = {d.id: d for d in plan.deliveries}
         due = []
         for dlv_id in plan.leased:
@@ -103,7 +104,7 @@ class Handover:
                     kind=d.kind,
                     attempt_count=0,
                     max_attempts=d.max_attempts,
-                    event=events[d.event_id],
+                    event=events[d.tenant_id, d.event_id],
                 )
             )
         if not self.adopt(due):

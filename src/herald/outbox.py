@@ -37,7 +37,7 @@ from herald.model import (
 )
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
-from herald.store.base import STALE_CATALOG
+from herald.store.base import STALE_CATALOG, EventKey
 from herald.timeutil import format_epoch, now
 
 log = structlog.get_logger("herald.relay")
@@ -87,17 +87,19 @@ class Relay:
         self._wake.set()
 
     def process(
-        self, rows: list[OutboxRow], existing: set[str], room: Room | None = None
+        self, rows: list[OutboxRow], existing: set[EventKey], room: Room | None = None
     ) -> RelayPlan:
         """Pure planning of one batch (runs inside the store's transaction); with a
-        ``room``, the deliveries it takes are planned leased to its dispatcher."""
+        ``room``, the deliveries it takes are planned leased to its dispatcher.
+        ``existing``: the (tenant, id) of the batch's events already stored; an id is
+        a duplicate only within its tenant."""
         plan = RelayPlan()
         seen = set(existing)
         ts = now()
         for row in rows:
             try:
                 event = parse_row(row, max_payload_bytes=self._max_payload)
-                if event.id in seen:
+                if (event.tenant_id, event.id) in seen:
                     raise Reject("duplicate_id", f"event {event.id} was already ingested")
             except Reject as rej:
                 plan.rejected.append(
@@ -112,7 +114,7 @@ class Relay:
                     )
                 )
                 continue
-            seen.add(event.id)
+            seen.add((event.tenant_id, event.id))
             plan.events.append(event)
             for entry in self._catalog.subscribers(event.tenant_id, event.type):
                 held = entry.dest.status != DestinationStatus.ACTIVE

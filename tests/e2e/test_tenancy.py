@@ -208,6 +208,55 @@ async def test_events_reach_only_destinations_of_their_own_tenant(
             assert error_of(body)["code"] == "event_not_found"
 
 
+async def test_two_tenants_publish_the_same_event_id_and_each_gets_its_own(
+    herald: Herald, tenants: tuple[Api, Api], receiver: Receiver, receiver_b: Receiver
+) -> None:
+    """Event ids are unique per tenant: another tenant's id is neither refused (409) nor
+    revealed, through POST /v2/events or the outbox; each event reaches its own tenant's
+    destinations. The same tenant reusing its id is a 409."""
+    a, b = tenants
+    dest_a = await create(a, hook(receiver.url, name="a"))
+    dest_b = await create(b, hook(receiver_b.url, name="b"))
+    await wait_status(a, dest_a["id"], "active")
+    await wait_status(b, dest_b["id"], "active")
+
+    for api, tenant in ((a, TENANT_A), (b, TENANT_B)):
+        status, _, event = await api.post(
+            "/v2/events",
+            json={"id": "evt_api", "type": "task_run.completed", "data": {"t": tenant}},
+        )
+        assert (status, event["id"]) == (202, "evt_api"), event
+    herald.insert_events(
+        [
+            ("evt_sql", TENANT_A, "task_run.failed", json.dumps({"t": TENANT_A})),
+            ("evt_sql", TENANT_B, "task_run.failed", json.dumps({"t": TENANT_B})),
+        ]
+    )
+
+    def got(r: Receiver) -> dict[str, Any]:
+        return {x.event_id: x.envelope["data"] for x in r.received if x.type.startswith("task_")}
+
+    for r, tenant in ((receiver, TENANT_A), (receiver_b, TENANT_B)):
+
+        def both_came(r: Receiver = r) -> bool:
+            return len(got(r)) == 2
+
+        await r.wait_for(both_came, what=f"{tenant}'s two events")
+        assert got(r) == {"evt_api": {"t": tenant}, "evt_sql": {"t": tenant}}
+        assert all(x.verified for x in r.received), r.errors
+    for api, tenant in ((a, TENANT_A), (b, TENANT_B)):
+        for event_id in ("evt_api", "evt_sql"):
+            status, _, body = await api.get(f"/v2/events/{event_id}")
+            assert (status, body["data"]) == (200, {"t": tenant}), body
+        # The same tenant's id is taken, relayed or not.
+        status, _, body = await api.post(
+            "/v2/events", json={"id": "evt_sql", "type": "task_run.completed", "data": {}}
+        )
+        assert status == 409, body
+        assert error_of(body)["code"] == "event_exists"
+    assert herald.query("SELECT COUNT(*) FROM herald_outbox_rejected") == [(0,)]
+
+
 async def test_idempotency_keys_and_rate_limits_are_per_tenant(
     herald_factory: HeraldFactory,
 ) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import time
 from typing import Any
 
+import orjson
 import pytest
 
 from herald.attempt import AttemptDone
@@ -237,6 +238,34 @@ async def test_a_stopped_dispatcher_gets_nothing_leased(
     assert h.rows("SELECT lease_owner FROM herald_deliveries") == [(None,)]
 
 
+async def test_each_tenants_event_of_a_shared_id_is_handed_over_with_its_delivery(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tenants' events of one id in one batch: each delivery handed over carries its
+    own tenant's event (an event id is unique per tenant only)."""
+    h = harness
+    rx = await receivers()
+    dests = {t: await h.add_webhook(rx.url, tenant=t, name=t) for t in ("acme", "globex")}
+    dispatcher = h.dispatcher(owner="it-tenants")
+    dispatcher.handover.open = True  # as while it runs; not started, so nothing is attempted
+    adopted: list[DueDelivery] = []
+
+    def adopt(due: list[DueDelivery]) -> bool:
+        adopted.extend(due)
+        return True
+
+    monkeypatch.setattr(dispatcher.handover, "adopt", adopt)
+    with h.sql() as db:
+        for t in dests:
+            h.produce("order.created", {"t": t}, db=db, tenant_id=t, id="evt_same")
+    assert await relay_for(h, dispatcher).run_once() == 2
+    tenant_of = {d.id: t for t, d in dests.items()}
+    assert sorted(
+        (tenant_of[d.destination_id], d.event.tenant_id, d.event.id, orjson.loads(d.event.data))
+        for d in adopted
+    ) == [(t, t, "evt_same", {"t": t}) for t in ("acme", "globex")]
+
+
 async def test_the_store_unleases_what_the_committed_status_holds(harness: Harness) -> None:
     """A plan made from a catalog that saw the destination active while the database
     holds it (changed after the version check): stored held, unleased, due now; a
@@ -250,7 +279,7 @@ async def test_the_store_unleases_what_the_committed_status_holds(harness: Harne
     lease_until = time.time() + 300
     ids = {name: new_id("dlv_") for name in ("off", "gone", "on")}
 
-    def process(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+    def process(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
         plan = h.relay.process(rows, existing)
         [event] = plan.events
         plan.deliveries = [

@@ -90,7 +90,7 @@ async def test_postgres_statements_are_planned_for_the_table_as_it_is_now() -> N
     await store.open()
     pg = await asyncpg.connect(url)
 
-    def ingest(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+    def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
         return RelayPlan(
             events=[
                 Event(r.id.decode(), "default", "a.b", "2026-11-22T10:00:00Z", 0.0, b"{}")

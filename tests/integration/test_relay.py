@@ -20,7 +20,13 @@ import pytest
 from herald.model import DeliveryKind, DeliveryStatus, DestinationStatus
 from herald.outbox import publish
 from herald.timeutil import parse_timestamp
-from tests.integration.conftest import Harness, HarnessFactory, eventually
+from tests.integration.conftest import (
+    Harness,
+    HarnessFactory,
+    ReceiverFactory,
+    eventually,
+    running,
+)
 from tests.support.sql import Db
 
 GOOD_TS = "2026-03-04T05:06:07.123456Z"
@@ -222,6 +228,55 @@ async def test_fan_out_follows_tenant_subscriptions_and_holds_unverified(
         assert d.attempt_count == 0
         assert d.max_attempts == 0  # its first round; the budget is the daemon's
         assert d.tenant_id == ("acme" if d.event_id == e5 else "default")
+
+
+async def test_two_tenants_may_use_the_same_event_id_in_the_outbox(
+    harness: Harness, receivers: ReceiverFactory
+) -> None:
+    """An event id is unique per tenant: another tenant's event of the same id neither
+    fails the producer's INSERT nor is rejected by the relay, and each event reaches
+    its own tenant's destinations with its own payload. Within a tenant the id stays
+    taken."""
+    h = harness
+    tenants = ("acme", "globex", "initech")
+    rx = {t: await receivers() for t in tenants}
+    for t in tenants:
+        await h.add_webhook(rx[t].url, tenant=t)
+    # Two tenants' rows of one id wait in the outbox together: one relay batch.
+    with h.sql() as db:
+        for t in tenants[:2]:
+            h.produce("order.created", {"t": t}, db=db, tenant_id=t, id="evt_same")
+    assert await h.relay.run_once() == 2
+    # A third tenant's row of that id arrives after the first two were stored, and
+    # the first tenant reuses its own id.
+    h.produce("order.created", {"t": "initech"}, tenant_id="initech", id="evt_same")
+    h.produce("order.created", {"t": "acme", "again": True}, tenant_id="acme", id="evt_same")
+    assert await h.relay.run_once() == 2
+
+    rejected = h.rows("SELECT id, tenant_id, reason FROM herald_outbox_rejected")
+    assert [(r[0], r[1], r[2].split(":")[0]) for r in rejected] == [
+        ("evt_same", "acme", "duplicate_id")
+    ]
+    stored = h.rows("SELECT tenant_id, id, data FROM herald_events ORDER BY tenant_id")
+    assert [(r[0], r[1], orjson.loads(r[2])) for r in stored] == [
+        (t, "evt_same", {"t": t}) for t in tenants
+    ]
+    for t in tenants:
+        event = await h.store.get_event(t, "evt_same")
+        assert event is not None
+        assert orjson.loads(event.data) == {"t": t}
+
+    async def all_delivered() -> bool:
+        done = await h.deliveries(status=DeliveryStatus.SUCCESS)
+        return len(done) == len(tenants)
+
+    async with running(h.dispatcher()):
+        await eventually(all_delivered, what="each tenant's event delivered")
+    for t in tenants:
+        [got] = rx[t].received
+        assert (got.event_id, got.envelope["data"]) == ("evt_same", {"t": t})
+        assert got.verified
+    assert len(await h.deliveries()) == len(tenants)
 
 
 @pytest.mark.sqlite_only

@@ -550,6 +550,34 @@ async def test_replay_dry_run_changes_nothing_and_replay_requeues_exactly_the_ma
     assert len(rx_b.received) == 4
 
 
+async def test_an_event_id_conflicts_only_within_its_tenant(harness: Harness) -> None:
+    """POST /v2/events's conflict check: another tenant's event of the same id is
+    another event (no 409, no oracle); the same tenant's is a 409, whether it still
+    waits in the outbox or was relayed."""
+    h = harness
+    for t in ("acme", "globex"):
+        published = await h.service.publish(t, "order.created", {"t": t}, event_id="evt_same")
+        assert (published.id, published.tenant_id) == ("evt_same", t)
+    for relayed in (False, True):
+        if relayed:
+            assert await h.relay.run_once() == 2
+            assert h.scalar("SELECT COUNT(*) FROM herald_events") == 2
+        with pytest.raises(Conflict) as exc:
+            await h.service.publish("acme", "order.created", {"t": "x"}, event_id="evt_same")
+        assert exc.value.code == "event_exists"
+        for t in ("acme", "globex"):
+            found = await h.service.get_event(t, "evt_same")
+            assert (found.tenant_id, json.loads(found.data)) == (t, {"t": t})
+        with pytest.raises(NotFound):
+            await h.service.get_event("initech", "evt_same")
+    # A third tenant takes the id after the others were relayed.
+    await h.service.publish("initech", "order.created", {"t": "initech"}, event_id="evt_same")
+    assert await h.relay.run_once() == 1
+    assert h.scalar("SELECT COUNT(*) FROM herald_outbox_rejected") == 0
+    found = await h.service.get_event("initech", "evt_same")
+    assert json.loads(found.data) == {"t": "initech"}
+
+
 async def test_a_published_event_is_found_while_the_relay_moves_it(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

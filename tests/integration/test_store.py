@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sqlite3
+import stat
 import threading
 import time
 import warnings
@@ -163,6 +165,32 @@ async def test_migrations_run_once_and_reopen_is_idempotent(harness: Harness) ->
 @pytest.mark.sqlite_only
 async def test_database_is_in_wal_mode(harness: Harness) -> None:
     assert harness.scalar("PRAGMA journal_mode") == "wal"
+
+
+async def test_a_new_sqlite_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Like the key file: the database holds every payload and the sealed credentials.
+    Its -wal and -shm files, which SQLite creates with the main file's mode, too."""
+    path = tmp_path / "data" / "herald.db"
+    umask = os.umask(0o022)  # what most hosts have: without care, the file is 0644
+    try:
+        store = SQLiteStore(path, box=SecretBox(parse_key(generate_key())))
+        await store.open()
+    finally:
+        os.umask(umask)
+    try:
+        await store.create_api_key(key_hash="f" * 64, tenant_id="t", hint="ffff", now=0.0)
+        files = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
+        assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {
+            f.name: 0o600 for f in files
+        }
+    finally:
+        await store.close()
+    # An existing file keeps the mode its operator gave it.
+    path.chmod(0o640)
+    again = SQLiteStore(path, box=SecretBox(parse_key(generate_key())))
+    await again.open()
+    await again.close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 @pytest.mark.sqlite_only
@@ -342,7 +370,7 @@ async def test_the_outbox_listener_comes_back_after_its_connection_is_lost(
 
 async def test_a_destination_round_trips_with_its_secrets(harness: Harness) -> None:
     store = harness.store
-    assert await store.schema_version() == len(harness.migrations()) == 8
+    assert await store.schema_version() == len(harness.migrations()) == 9
     dest = destination()
     await store.create_destination(dest, verification=None)
     got = await store.get_destination("default", dest.id)
@@ -451,7 +479,7 @@ async def test_relay_holds_by_the_committed_status_not_the_plan(harness: Harness
         created_at="2026-11-22T10:00:00.5Z",
     )
 
-    def plan(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+    def plan(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
         assert [r.id for r in rows] == [b"evt_r1"]
         assert rows[0].created_at is not None
         assert rows[0].created_at.startswith(b"2026-11-22T10:00:00.5")
@@ -480,7 +508,7 @@ async def test_a_relay_batch_racing_an_activation_never_leaves_its_deliveries_he
     ev = Event("evt_race", "default", "a.b", "2026-11-22T10:00:00Z", 0.0, b"{}")
     h.produce("a.b", {}, id=ev.id)
 
-    def plan(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+    def plan(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
         return RelayPlan(events=[ev], deliveries=[delivery(ev, dest)])
 
     with h.sql() as db:  # the activation, as the store runs it, left uncommitted
@@ -506,7 +534,7 @@ async def test_a_failing_process_leaves_the_outbox_untouched(harness: Harness) -
         id="evt_2", tenant_id="default", type="a.b", data=b"{}", created_at="2026-11-22T10:00:00Z"
     )
 
-    def explode(rows: list[OutboxRow], existing: set[str]) -> RelayPlan:
+    def explode(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
         plan = h.relay.process(rows, existing)
         assert plan.events  # the plan was real; the failure comes after it
         raise RuntimeError("boom")
@@ -1126,6 +1154,37 @@ async def test_retention_purges_only_old_finished_history(harness: Harness) -> N
     kept = await store.get_delivery(None, ds[2].id, with_attempts=True)
     assert kept is not None
     assert kept.attempts
+
+
+async def test_retention_tells_apart_two_tenants_events_of_one_id(harness: Harness) -> None:
+    """An event id is unique per tenant only: purging one tenant's old event never takes
+    another tenant's event of the same id that still has deliveries."""
+    store = harness.store
+    mine, theirs = destination(), replace(destination(), tenant_id="acme")
+    for dest in (mine, theirs):
+        await store.create_destination(dest, verification=None)
+
+    def of(tenant: str, event_id: str) -> Event:
+        return replace(event(), id=event_id, tenant_id=tenant, data=orjson.dumps({"t": tenant}))
+
+    delivered, unsubscribed = of("default", "evt_x"), of("default", "evt_y")
+    pending = [of("acme", "evt_x"), of("acme", "evt_y")]
+    done = delivery(delivered, mine)
+    waiting = [replace(delivery(e, theirs), tenant_id="acme") for e in pending]
+    await store.insert_deliveries([delivered, unsubscribed, *pending], [done, *waiting])
+    await store.record_attempts(
+        [record(done.id, 1, status=DeliveryStatus.SUCCESS, next_at=None, outcome=Outcome.SUCCESS)]
+    )
+    assert await store.purge(before=time.time() + 1, limit=10) == 1
+    assert await store.get_event("default", "evt_x") is None
+    assert await store.get_event("default", "evt_y") is None
+    for e in pending:
+        assert await store.get_event("acme", e.id) == e
+    # The pending deliveries are claimed with their own tenant's events.
+    due = await store.claim_due(now=time.time() + 1, limit=10, owner="w1", lease_until=FAR)
+    assert sorted((d.id, d.event) for d in due) == sorted(
+        (d.id, e) for d, e in zip(waiting, pending, strict=True)
+    )
 
 
 # --- credentials at rest ---------------------------------------------------------------

@@ -47,5 +47,10 @@ def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
 STALE_CATALOG = -1
 """Row count ``Store.relay`` answers when the caller's destination catalog is stale."""
 
-RelayProcessor = Callable[[list[OutboxRow], set[str]], RelayPlan]
-"""Turns raw outbox rows (and the ids among them already stored as events) into a plan."""
+EventKey = tuple[str, str]
+"""What identifies an event: ``(tenant_id, id)``. An id is unique per tenant only; two
+tenants may use the same one."""
+
+RelayProcessor = Callable[[list[OutboxRow], set[EventKey]], RelayPlan]
+"""Turns raw outbox rows (and the keys of those among them already stored as events)
+into a plan."""

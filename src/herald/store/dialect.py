@@ -91,7 +91,7 @@ class Dialect(Protocol):
     # --- operations whose algorithm differs ------------------------------------------
     async def claim(self, conn: Conn, want: Claim) -> list[Row]:
         """Lease due deliveries: rows (id, destination_id, kind, attempt_count,
-        max_attempts, event_id, when it was due)."""
+        max_attempts, tenant_id, event_id, when it was due)."""
 
     async def lock_for_attempts(self, conn: Conn, records: Sequence[AttemptRecord]) -> None:
         """Take, before the deliveries', the locks that activating destinations needs."""

@@ -305,8 +305,11 @@ class PostgresDialect(NamedQueries):
         self, conn: asyncpg.Connection, ids: list[str], *, before: float, limit: int
     ) -> None:
         if ids:
-            gone = await self.fetch(conn, "purge_deliveries", ids)
-            await self.execute(conn, "purge_events_of", list({r[0] for r in gone}), before)
+            # Their events' keys: (id, tenant), each once.
+            gone = list({(r[0], r[1]) for r in await self.fetch(conn, "purge_deliveries", ids)})
+            await self.execute(
+                conn, "purge_events_of", [g[0] for g in gone], before, [g[1] for g in gone]
+            )
         if len(ids) < limit:
             await self.execute(conn, "jit_off")
             await self.execute(conn, "purge_unused_events", before, limit)

@@ -86,6 +86,7 @@ class SQLiteDialect(NamedQueries):
         try:
             if self.path.parent != Path():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             self._w = await self._connect()
             await self._w.execute("PRAGMA journal_mode=WAL")
             await self._migrate(self._w)
@@ -332,6 +333,18 @@ def _filesystem_hint(path: Path) -> str:
     if fs.f_bavail == 0:
         return f" (the filesystem of {path.parent} is full)"
     return ""
+
+
+def _create_private(path: Path) -> None:
+    """Create a new database file readable by its owner only (0600), like the key file:
+    it holds every payload and the destinations' sealed credentials. SQLite would create
+    it with the umask's mode; it gives its -wal and -shm files the main file's mode. An
+    existing file keeps the mode it has (the operator's to choose)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)  # an empty file is a new database to SQLite
 
 
 def _is_locked(exc: BaseException) -> bool:

@@ -109,7 +109,7 @@ class SQLStore(Generic[D]):
                 self._outbox_idle = d.idle_read
                 return RelayPlan(), 0
             ids = [r.id.decode("utf-8", "replace") for r in rows if r.id is not None]
-            existing = {r[0] for r in await d.fetch(c, "relay_existing", ids)}
+            existing = {(r[0], r[1]) for r in await d.fetch(c, "relay_existing", ids)}
             plan = process(rows, existing)
             now = time.time()
             await self._insert_events(c, plan.events, now)
@@ -164,7 +164,9 @@ class SQLStore(Generic[D]):
                 # With concurrent writers, the relay may move an outbox row with this id
                 # to herald_events while the INSERT runs: its NOT EXISTS read the older
                 # snapshot. A new statement sees that commit; finding the event, roll back.
-                if not inserted or (d.shared and await d.fetchval(c, "event_exists", id)):
+                if not inserted or (
+                    d.shared and await d.fetchval(c, "event_exists", id, tenant_id)
+                ):
                     raise exists
         except StorageError as exc:
             if d.is_unique_violation(exc.__cause__):
@@ -210,12 +212,16 @@ class SQLStore(Generic[D]):
             claimed = await d.claim(c, want)
             if not claimed:
                 return []
+            # Every tenant's event of each id comes back: a delivery takes its tenant's.
             events = {
-                r[0]: event_from_row(r)
-                for r in await d.fetch(c, "events_by_id", list({r[5] for r in claimed}))
+                (e.tenant_id, e.id): e
+                for e in map(
+                    event_from_row,
+                    await d.fetch(c, "events_by_id", list({r[6] for r in claimed})),
+                )
             }
         return [
-            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5]], r[6])
+            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5], r[6]], r[7])
             for r in claimed
         ]
 

@@ -35,7 +35,8 @@ SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
 FROM herald_outbox ORDER BY seq LIMIT ?1
 
 -- relay_existing --
-SELECT id FROM herald_events WHERE id IN ({ids})
+-- (tenant, id) of the batch's ids already stored: an id is unique per tenant only
+SELECT tenant_id, id FROM herald_events WHERE id IN ({ids})
 
 -- relay_reject --
 INSERT OR REPLACE INTO herald_outbox_rejected
@@ -60,9 +61,11 @@ INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', 0, ?10)
 
 -- insert_outbox --
--- One check under the write lock: not waiting in the outbox (UNIQUE) nor relayed already
+-- One check under the write lock: not waiting in the outbox (UNIQUE) nor relayed already,
+-- for this tenant (another tenant's event of the same id is another event)
 INSERT INTO herald_outbox (id, tenant_id, type, data, created_at)
-SELECT ?1, ?2, ?3, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = ?1)
+SELECT ?1, ?2, ?3, ?4, ?5
+WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = ?1 AND tenant_id = ?2)
 
 -- outbox_stats --
 SELECT COUNT(*), (SELECT CAST(created_at AS BLOB) FROM herald_outbox ORDER BY seq LIMIT 1)
@@ -79,7 +82,8 @@ FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 
 -- claim_select --
 -- Plain ? in order: {where} adds a due_since bound and excluded destinations per call
-SELECT id, destination_id, kind, attempt_count, max_attempts, event_id, next_attempt_at
+SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
+  next_attempt_at
 FROM herald_deliveries WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?{where}
 ORDER BY next_attempt_at LIMIT ?
 
@@ -87,6 +91,7 @@ ORDER BY next_attempt_at LIMIT ?
 UPDATE herald_deliveries SET lease_owner = ?1, next_attempt_at = ?2 WHERE id IN ({ids})
 
 -- events_by_id --
+-- Every tenant's event of each id: the caller picks its delivery's tenant's
 SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
 WHERE id IN ({ids})
 
@@ -274,9 +279,10 @@ DELETE FROM herald_attempts WHERE delivery_id IN ({ids})
 DELETE FROM herald_deliveries WHERE id IN ({ids})
 
 -- purge_events --
-DELETE FROM herald_events WHERE id IN (SELECT e.id FROM herald_events e
+-- By rowid: another tenant's event of the same id may still have deliveries
+DELETE FROM herald_events WHERE rowid IN (SELECT e.rowid FROM herald_events e
   WHERE e.ingested_at < ?1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
-    WHERE d.event_id = e.id) LIMIT ?2)
+    WHERE d.event_id = e.id AND d.tenant_id = e.tenant_id) LIMIT ?2)
 
 -- purge_rejected --
 DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_rejected

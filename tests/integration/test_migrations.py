@@ -1,0 +1,240 @@
+"""Upgrading a database Herald has used: every row survives a migration, on both backends.
+
+Each test makes a new database and applies the migrations up to the one before the
+migration under test (the store, with its list of migrations cut short), fills it
+the way an older Herald would have, then opens it with every migration shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+
+from herald.crypto import SecretBox, generate_key, parse_key
+from herald.ids import new_id
+from herald.ingest import Reject, parse_row
+from herald.model import (
+    Attempt,
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    Event,
+    NewDelivery,
+    OutboxRow,
+    Outcome,
+    Rejection,
+    RelayPlan,
+)
+from herald.store import Store
+from herald.store import postgres as postgres_store
+from herald.store import sqlite as sqlite_store
+from herald.store.postgres import PostgresStore
+from herald.store.sqlite import SQLiteStore
+from tests.integration.test_store import destination
+from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
+from tests.support.sql import Db
+
+UNIQUE_VIOLATION = (sqlite3.IntegrityError, psycopg.errors.UniqueViolation)
+
+
+OldStore = Callable[[], AbstractAsyncContextManager[Store]]
+
+
+@asynccontextmanager
+async def database_at(
+    version: int, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Db, OldStore, Callable[[], Store]]]:
+    """A new database migrated up to ``version`` only; a plain connection to it; an
+    opened store on it that migrates no further (an older Herald); and a maker of
+    (unopened) stores on it that apply every migration shipped."""
+    box = SecretBox(parse_key(generate_key()))
+    module: Any = sqlite_store if backend == "sqlite" else postgres_store
+    if backend == "sqlite":
+        path = tmp_path / "old.db"
+        url = f"sqlite:///{path}"
+
+        def make() -> Store:
+            return SQLiteStore(path, box=box)
+    else:
+        url = await create_postgres_database()
+
+        def make() -> Store:
+            return PostgresStore(url, box=box, pool_size=2)
+
+    shipped = module.migrations()
+
+    @asynccontextmanager
+    async def older() -> AsyncIterator[Store]:
+        with monkeypatch.context() as m:  # the migrations it knows, while it opens
+            m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
+            store = make()
+            await store.open()
+        try:
+            assert await store.schema_version() == version
+            yield store
+        finally:
+            await store.close()
+
+    db: Db | None = None
+    try:
+        async with older():
+            pass
+        db = Db(url, timeout=5.0)
+        yield db, older, make
+    finally:
+        if db is not None:
+            db.close()
+        if backend == "postgres":
+            await drop_postgres_database(url)
+
+
+def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
+    """A relay pass's plan: each row an event (no destinations), or a rejection."""
+    plan = RelayPlan()
+    for row in rows:
+        try:
+            event = parse_row(row, max_payload_bytes=1 << 20)
+            if (event.tenant_id, event.id) in existing:
+                raise Reject("duplicate_id", f"event {event.id} was already ingested")
+            plan.events.append(event)
+        except Reject as rej:
+            plan.rejected.append(
+                Rejection(
+                    seq=row.seq,
+                    id=None if row.id is None else row.id.decode(),
+                    tenant_id=None,
+                    type=None,
+                    data=None,
+                    created_at=None,
+                    reason=str(rej),
+                )
+            )
+    return plan
+
+
+def produce(db: Db, rows: list[tuple[str, str, str]]) -> None:
+    """Outbox rows (id, tenant_id, data) as a producer writes them."""
+    db.executemany(
+        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at)"
+        " VALUES (?, ?, 'a.b', ?, '2026-11-22T10:00:00Z')",
+        rows,
+    )
+
+
+def snapshot(db: Db) -> dict[str, list[str]]:
+    """Every row of every table but the migrations' own, in a comparable form."""
+    if db.backend == "sqlite":
+        query = "SELECT name FROM sqlite_master WHERE type = 'table'"
+    else:
+        query = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+    tables = sorted(r[0] for r in db.execute(query) if r[0] != "herald_schema_migrations")
+    return {t: sorted(repr(row) for row in db.execute(f"SELECT * FROM {t}")) for t in tables}
+
+
+async def fill(store: Store, db: Db) -> None:
+    """What a Herald at the older schema stores: a destination, events with deliveries
+    and attempts, relayed and rejected outbox rows, keys, idempotency, rate windows."""
+    now = time.time()
+    dest = replace(destination(), tenant_id="acme")
+    await store.create_destination(dest, verification=None)
+    events = [
+        Event(f"evt_old{i}", "acme", "a.b", "2026-11-22T10:00:00Z", now, b'{"i":%d}' % i)
+        for i in range(3)
+    ]
+    deliveries = [
+        NewDelivery(
+            new_id("dlv_"), "acme", e.id, e.type, dest.id, DeliveryKind.EVENT, 3, now, False, now
+        )
+        for e in events
+    ]
+    await store.insert_deliveries(events, deliveries)
+    attempt = Attempt(new_id("att_"), deliveries[0].id, 1, now, 2.0, Outcome.SUCCESS, 200)
+    await store.record_attempts([AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, None)])
+    await store.create_api_key(key_hash="f" * 64, tenant_id="acme", hint="ffff", now=now)
+    await store.idempotency_begin(tenant_id="acme", key="k", fingerprint="fp", now=now, ttl=60)
+    await store.count_request(tenant_id="acme", window_no=7, expire=False)
+    # Relayed rows (one of them rejected) leave the outbox; their seqs stay taken.
+    produce(db, [("evt_r1", "acme", "{}"), ("bad_r2", "acme", "{}"), ("evt_r3", "globex", "{}")])
+    _, count = await store.relay(100, ingest)
+    assert count == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_event_ids_per_tenant_keeps_every_row_of_a_schema_8_database(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0009 (event ids unique per tenant) rebuilds SQLite's outbox and events tables
+    and re-keys PostgreSQL's: every row of every table is still there, as it was, and
+    the outbox's rows still waiting are relayed after it."""
+    async with database_at(8, backend, tmp_path, monkeypatch) as (db, older, make):
+        async with older() as old:
+            await fill(old, db)
+        # Rows waiting in the outbox through the upgrade, one of them invalid.
+        produce(db, [("evt_w1", "acme", '{"w":1}'), ("evt_w2", "default", "[]")])
+        before = snapshot(db)
+        for table in ("herald_outbox", "herald_outbox_rejected", "herald_events"):
+            assert before[table], table
+
+        store = make()
+        await store.open()
+        try:
+            assert await store.schema_version() == 9
+            assert snapshot(db) == before
+            plan, count = await store.relay(100, ingest)
+            assert count == 2
+            assert [e.id for e in plan.events] == ["evt_w1"]
+            assert [r.id for r in plan.rejected] == ["evt_w2"]
+            # The new key: another tenant may use an id, the same tenant may not.
+            produce(db, [("evt_old0", "globex", '{"t":"globex"}')])
+            with pytest.raises(UNIQUE_VIOLATION):
+                produce(db, [("evt_old0", "globex", "{}")])
+            _, count = await store.relay(100, ingest)
+            assert count == 1
+            mine = await store.get_event("acme", "evt_old0")
+            theirs = await store.get_event("globex", "evt_old0")
+            assert mine is not None
+            assert theirs is not None
+            assert (orjson.loads(mine.data), orjson.loads(theirs.data)) == (
+                {"i": 0},
+                {"t": "globex"},
+            )
+        finally:
+            await store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_rebuilt_outbox_never_gives_a_seq_out_twice(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay empties the outbox as it goes, so at the upgrade it often holds no row
+    while herald_outbox_rejected keeps the seqs of rejected ones. A rebuilt SQLite table
+    that started its sequence again would hand those seqs out anew, and the next
+    rejection of such a row would overwrite the old one."""
+    async with database_at(8, backend, tmp_path, monkeypatch) as (db, older, make):
+        async with older() as old:
+            produce(db, [("bad_1", "acme", "{}"), ("bad_2", "acme", "{}")])
+            _, count = await old.relay(100, ingest)
+            assert count == 2
+        assert db.scalar("SELECT COUNT(*) FROM herald_outbox") == 0
+        taken = db.scalar("SELECT MAX(seq) FROM herald_outbox_rejected")
+
+        store = make()
+        await store.open()
+        try:
+            produce(db, [("bad_3", "acme", "{}")])
+            assert db.scalar("SELECT seq FROM herald_outbox") > taken
+            _, count = await store.relay(100, ingest)
+            assert count == 1
+        finally:
+            await store.close()
+        rejected = db.execute("SELECT id FROM herald_outbox_rejected ORDER BY seq")
+        assert [r[0] for r in rejected] == ["bad_1", "bad_2", "bad_3"]
