@@ -15,7 +15,7 @@ import structlog
 from aiohttp import web
 
 from herald import __version__
-from herald.api import ops, v2
+from herald.api import ops, server, v2
 from herald.api.ops import ReadinessCheck
 from herald.config import Settings, mask_secrets
 from herald.dispatch import Dispatcher
@@ -193,7 +193,7 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         ops.add_routes(app, readiness=readiness, metrics=self.metrics)
         v2.setup(app, parts.comp.service, settings=s, cursor_key=self.key, wake=parts.changed)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = server.Runner(app, s.api)
         await runner.setup()
         site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)
         try:

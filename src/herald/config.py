@@ -115,6 +115,10 @@ class ApiSettings(_Section):
     rate_limit_requests: int = Field(default=200, ge=1)
     rate_limit_window_seconds: float = Field(default=10.0, gt=0)
     idempotency_ttl_seconds: float = Field(default=86_400.0, gt=0)
+    unauthenticated_rate_limit_requests: int = Field(default=50, ge=1)
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    body_timeout_seconds: float = Field(default=15.0, gt=0)
+    max_connections: int = Field(default=1000, ge=1)
 
     @field_validator("listen")
     @classmethod

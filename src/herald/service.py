@@ -42,9 +42,21 @@ from herald.store import Store
 from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
-MAX_NAME_LENGTH = 255
-MAX_PATTERNS = 100
 REPLAY_BATCH = 500
+
+# Limits on what a caller may send (README, Security). Each is checked here, where the
+# field is validated, and answered with a 422 naming the field; the webhook's own
+# limits (url, custom_headers) are in its config model (herald.adapters.webhook).
+MAX_NAME_LENGTH = 255
+MAX_TYPE_LENGTH = 64
+"""A destination ``type`` (the names are short; a longer one is echoed nowhere)."""
+MAX_PATTERNS = 100
+"""Entries of a destination's ``events``."""
+MAX_EVENT_TYPES = 100
+"""Event types a delivery filter names (replay's ``event_types``)."""
+MAX_CONFIG_VALUE = 16_384
+"""Characters of any one field of a type's config object (a service account key
+is about 2,400; the webhook's ``url`` has its own, tighter limit)."""
 
 replay_log = structlog.get_logger("herald.replay")
 
@@ -57,7 +69,9 @@ class ReplayResult:
     dry_run: bool
 
 
-def _str_field(body: Mapping[str, Any], name: str, *, required: bool) -> str | None:
+def _str_field(
+    body: Mapping[str, Any], name: str, *, required: bool, max_length: int | None = None
+) -> str | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -65,12 +79,17 @@ def _str_field(body: Mapping[str, Any], name: str, *, required: bool) -> str | N
         return None
     if not isinstance(value, str):
         raise BadRequest(f"{name} must be a string", field=name, code="invalid_type")
+    if max_length is not None and len(value) > max_length:
+        raise ValidationError(
+            f"{name} is longer than {max_length} characters", field=name, code="too_long"
+        )
     return value
 
 
 def _name(body: Mapping[str, Any]) -> str | None:
     name = _str_field(body, "name", required=False)
-    if name is not None and not 1 <= len(name.strip()) <= MAX_NAME_LENGTH:
+    # The length as stored, not as stripped: spaces around a name are kept too.
+    if name is not None and not (name.strip() and len(name) <= MAX_NAME_LENGTH):
         raise ValidationError(
             f"name must be 1 to {MAX_NAME_LENGTH} characters", field="name", code="name_invalid"
         )
@@ -105,6 +124,22 @@ def _events(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] | Non
     return tuple(dict.fromkeys(events))
 
 
+def check_event_types(event_types: tuple[str, ...], *, field: str = "event_types") -> None:
+    """A filter's event types: at most :data:`MAX_EVENT_TYPES`, each a valid type."""
+    if len(event_types) > MAX_EVENT_TYPES:
+        raise ValidationError(
+            f"{field} holds at most {MAX_EVENT_TYPES} event types",
+            field=field,
+            code="too_many_items",
+        )
+    for i, event_type in enumerate(event_types):
+        try:
+            validate_event_type(event_type)
+        except ValueError as exc:
+            name = field if len(event_types) == 1 else f"{field}[{i}]"
+            raise ValidationError(str(exc), field=name, code="event_type_invalid") from exc
+
+
 class DestinationService:
     def __init__(
         self,
@@ -124,8 +159,9 @@ class DestinationService:
     # --- destinations -------------------------------------------------------
     def _type_object(
         self, body: Mapping[str, Any], type_name: str
-    ) -> tuple[str, Mapping[str, Any] | None]:
-        """Find the type-keyed object under the canonical id or any alias."""
+    ) -> tuple[str, str, Mapping[str, Any] | None]:
+        """Find the type-keyed object under the canonical id or any alias: the canonical
+        id, the name it is under, and the object."""
         canonical = self.registry.canonical(type_name)
         found = [n for n in self.registry.names_of(canonical) if n in body]
         if len(found) > 1:
@@ -135,7 +171,7 @@ class DestinationService:
                 code="invalid_request",
             )
         if not found:
-            return canonical, None
+            return canonical, canonical, None
         obj = body[found[0]]
         if not isinstance(obj, dict):
             raise BadRequest(f"{found[0]} must be an object", field=found[0], code="invalid_type")
@@ -146,7 +182,19 @@ class DestinationService:
                     field=f"{found[0]}.{key}",
                     code="invalid_type",
                 )
-        return canonical, obj
+        return canonical, found[0], obj
+
+    @staticmethod
+    def _config_lengths(used: str, raw: Mapping[str, Any]) -> None:
+        """Checked after the type's own checks, whose limits (webhook.url's) are tighter;
+        ``used`` is the key the caller gave the config object under."""
+        for key, value in raw.items():
+            if isinstance(value, str) and len(value) > MAX_CONFIG_VALUE:
+                raise ValidationError(
+                    f"{used}.{key} is longer than {MAX_CONFIG_VALUE} characters",
+                    field=f"{used}.{key}",
+                    code="too_long",
+                )
 
     def _known_keys(self, body: Mapping[str, Any], type_name: str, extra: Iterable[str]) -> None:
         allowed = {
@@ -184,7 +232,7 @@ class DestinationService:
         return event, delivery
 
     async def create(self, tenant_id: str, body: Mapping[str, Any]) -> Destination:
-        type_name = _str_field(body, "type", required=True)
+        type_name = _str_field(body, "type", required=True, max_length=MAX_TYPE_LENGTH)
         assert type_name is not None
         self._known_keys(body, type_name, ())
         name = _name(body)
@@ -192,7 +240,7 @@ class DestinationService:
             raise ValidationError("name is required", field="name", code="field_required")
         events = _events(body, required=True)
         assert events is not None
-        canonical, raw = self._type_object(body, type_name)
+        canonical, used, raw = self._type_object(body, type_name)
         if raw is None:
             raise ValidationError(
                 f"{type_name} (the type's config object) is required",
@@ -202,6 +250,7 @@ class DestinationService:
         config = self.registry.parse_config(
             type_name, {k: v for k, v in raw.items() if v is not None}
         )
+        self._config_lengths(used, raw)
         await self.registry.get(canonical).check(config)
         plain, secrets = config.split()
         now = time.time()
@@ -268,7 +317,7 @@ class DestinationService:
     async def update(self, tenant_id: str, dest_id: str, body: Mapping[str, Any]) -> Destination:
         current = await self.get(tenant_id, dest_id)
         if "type" in body and body["type"] is not None:
-            requested = _str_field(body, "type", required=False)
+            requested = _str_field(body, "type", required=False, max_length=MAX_TYPE_LENGTH)
             if requested is not None and self.registry.canonical(requested) != current.type:
                 raise ValidationError(
                     "the type of a destination cannot change; create a new one",
@@ -279,7 +328,7 @@ class DestinationService:
         name = _name(body)
         events = _events(body, required=False)
         status_raw = _str_field(body, "status", required=False)
-        _, raw = self._type_object(body, current.type)
+        _, used, raw = self._type_object(body, current.type)
         if raw is not None:
             # A credential echoed back as shown ("********") means "unchanged".
             secret_names = self.registry.get(current.type).config_model.sensitive_fields()
@@ -298,6 +347,7 @@ class DestinationService:
                 config = self.registry.parse_config(
                     dest.type, {k: v for k, v in merged.items() if v is not None}
                 )
+                self._config_lengths(used, raw)
                 if config.target() != old.target():
                     await self.registry.get(dest.type).check(config)
                     changes["status"] = DestinationStatus.PENDING_VERIFICATION
@@ -431,6 +481,7 @@ class DestinationService:
     async def list_deliveries(
         self, flt: DeliveryFilter, *, before_id: str | None = None, limit: int = 20
     ) -> tuple[list[Delivery], bool]:
+        check_event_types(flt.event_types, field="event_type")
         rows = await self.store.list_deliveries(flt, before_id=before_id, limit=limit + 1)
         return rows[:limit], len(rows) > limit
 
@@ -472,6 +523,7 @@ class DestinationService:
         dry or not, is logged here once with who, the filter and how many, so the
         CLI and the API cannot drift apart in what the audit trail records.
         """
+        check_event_types(flt.event_types)
         # Only event deliveries are replayed (verifications and test pings are not):
         # count and sample just those, so a dry run says what a real run re-queues.
         flt = replace(flt, kind=DeliveryKind.EVENT)

@@ -51,3 +51,15 @@ async def test_shared_windows_are_aligned_on_the_clock_and_counted_by_the_store(
     assert (await b.hit("t", now=1010.0)).allowed
     assert table.expired == [100, 100, 101]
     assert set(table.counts) == {("t", 101)}
+
+
+async def test_refusals_are_counted_per_window_under_the_limiters_name() -> None:
+    limiter = RateLimiter(limit=1, window=10, name="unauthenticated")
+    assert (await limiter.hit("10.0.0.1", now=0.0)).refused == 0
+    refusals = [(await limiter.hit("10.0.0.1", now=t)).refused for t in (1.0, 2.0, 3.0)]
+    assert refusals == [1, 2, 3]  # the first one is what gets logged
+    last = await limiter.hit("10.0.0.1", now=4.0)
+    assert last.headers["RateLimit-Policy"] == '"unauthenticated";q=1;w=10'
+    assert last.headers["RateLimit"].startswith('"unauthenticated";r=0;')
+    await limiter.hit("10.0.0.1", now=10.0)  # a new window
+    assert (await limiter.hit("10.0.0.1", now=11.0)).refused == 1

@@ -46,21 +46,30 @@ RESERVED_HEADERS = frozenset(
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
+MAX_URL_LENGTH = 2048
+MAX_CUSTOM_HEADERS = 32
+MAX_CUSTOM_HEADERS_LENGTH = 8192
+"""Characters of the ``custom_headers`` JSON text, every name and value in it."""
+
 
 def parse_custom_headers(value: str) -> dict[str, str]:
     """Decode ``custom_headers``: a JSON object of header names to string values."""
+    if len(value) > MAX_CUSTOM_HEADERS_LENGTH:
+        raise ValueError(f"must be at most {MAX_CUSTOM_HEADERS_LENGTH} characters")
     try:
         obj = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"must be a JSON-encoded object ({exc})") from exc
     if not isinstance(obj, dict):
         raise ValueError("must be a JSON-encoded object of header names to strings")
+    if len(obj) > MAX_CUSTOM_HEADERS:
+        raise ValueError(f"holds at most {MAX_CUSTOM_HEADERS} headers")
     headers: dict[str, str] = {}
     for name, val in obj.items():
         if not isinstance(val, str):
             raise ValueError(f"header {name!r} must have a string value")
         if not _TOKEN.match(name):
-            raise ValueError(f"{name!r} is not a valid header name")
+            raise ValueError(f"{name[:64]!r} is not a valid header name")
         if name.lower() in RESERVED_HEADERS:
             raise ValueError(f"header {name!r} is set by Herald and cannot be overridden")
         if "\r" in val or "\n" in val:
@@ -69,15 +78,25 @@ def parse_custom_headers(value: str) -> dict[str, str]:
     return headers
 
 
+def _check_url(value: str, *, credentials: str) -> str:
+    if len(value) > MAX_URL_LENGTH:
+        raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
+    return check_http_url(value, credentials=credentials)
+
+
 class WebhookConfig(DestinationConfig):
-    url: str
+    url: str = Field(json_schema_extra={"maxLength": MAX_URL_LENGTH})
     # Sensitive: it often carries an Authorization header or an API key.
     custom_headers: str | None = Field(
-        default=None, json_schema_extra=sensitive("JSON object of extra headers")
+        default=None,
+        json_schema_extra={
+            **sensitive(f"JSON object of extra headers, at most {MAX_CUSTOM_HEADERS} of them"),
+            "maxLength": MAX_CUSTOM_HEADERS_LENGTH,
+        },
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
 
-    _url = checked("url", functools.partial(check_http_url, credentials="; use custom_headers"))
+    _url = checked("url", functools.partial(_check_url, credentials="; use custom_headers"))
     _headers = checked("custom_headers", parse_custom_headers)
 
     @field_validator("secret")

@@ -21,16 +21,26 @@ class PayloadTooLarge(HeraldError, code="payload_too_large", type="request", sta
     """The body is larger than api.max_body_bytes."""
 
 
+class RequestTimeout(HeraldError, code="request_timeout", type="request", status=408):
+    """The client did not send the body it announced within api.body_timeout_seconds."""
+
+
+class Unavailable(HeraldError, code="too_many_connections", type="api_error", status=503):
+    """The server holds api.max_connections connections already."""
+
+
 _RESOLUTION = {
     400: "Fix the request so that it is well-formed JSON with the documented fields and types.",
     401: "Send 'Authorization: Bearer sk_live_…' with a valid API key.",
     404: "Check the id; objects of other tenants are not visible.",
     405: "Use one of the methods in the Allow header.",
+    408: "Send the whole body right after the headers, or a smaller one.",
     409: "The object's current state does not allow this; check its status first.",
     413: "Send a smaller body.",
     422: "Correct the value of the named field.",
     429: "Wait for the number of seconds in Retry-After before retrying.",
     500: "Retry later; if it persists, report the request_id.",
+    503: "Retry later, after the number of seconds in Retry-After.",
 }
 _RESOLUTION_BY_CODE = {
     "cursor_invalid": "Restart from the first page without a cursor.",

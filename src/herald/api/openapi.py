@@ -42,6 +42,12 @@ HEADERS: dict[str, dict[str, Any]] = {
         ' "default";q=200;w=10. Sent on every response to a request with a valid API key',
         "schema": {"type": "string"},
     },
+    "WWW-Authenticate": {
+        "description": 'the auth scheme: Bearer realm="herald", with error="invalid_token"'
+        " when a key was sent but is not valid",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^Bearer"},
+    },
     "Retry-After": {
         "description": "seconds to wait before the next request",
         "required": True,
@@ -75,6 +81,8 @@ def _with_headers(status: str, response: dict[str, Any], *, idempotent: bool) ->
     names = ["X-Request-Id"]
     if status not in _UNLIMITED:
         names += ["RateLimit", "RateLimit-Policy"]
+    if status == "401":
+        names.append("WWW-Authenticate")
     if status == "429":
         names.append("Retry-After")
     if idempotent and status in _REPLAYABLE:
@@ -86,6 +94,7 @@ _ERRORS = {
     "400": "malformed request: invalid JSON, wrong types, unknown fields, bad cursor",
     "401": "missing or invalid API key",
     "404": "no such object for this tenant",
+    "408": "the body did not arrive within api.body_timeout_seconds of the headers",
     "409": "the object's state does not allow the operation",
     "413": "body too large",
     "422": "invalid values",
@@ -94,7 +103,17 @@ _ERRORS = {
 }
 
 
-_WRITE_ERRORS: tuple[str, ...] = ("400", "401", "404", "409", "413", "422", "429", "500")
+_WRITE_ERRORS: tuple[str, ...] = (
+    "400",
+    "401",
+    "404",
+    "408",
+    "409",
+    "413",
+    "422",
+    "429",
+    "500",
+)
 
 # The prefix of the ids each collection's {id} takes.
 _ID_PREFIXES = {"event-destinations": "evtd_", "event-deliveries": "dlv_", "events": "evt_"}
@@ -158,7 +177,13 @@ def _op(
     params.extend(query)
     errors = _WRITE_ERRORS
     if method in ("GET", "DELETE"):
-        dropped = {"409", "413", *(() if with_id else ("404",)), *(() if query else ("422",))}
+        dropped = {
+            "408",
+            "409",
+            "413",
+            *(() if with_id else ("404",)),
+            *(() if query else ("422",)),
+        }
         errors = tuple(code for code in _WRITE_ERRORS if code not in dropped)
     op: dict[str, Any] = {
         "operationId": op_id,

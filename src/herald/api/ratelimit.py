@@ -28,6 +28,7 @@ class Counter(Protocol):
 class _Window:
     start: float
     count: int
+    refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,8 @@ class Decision:
     remaining: int
     reset: int
     headers: dict[str, str]
+    refused: int = 0
+    """Requests refused so far in this window, this one included (in memory only)."""
 
 
 class RateLimiter:
@@ -46,12 +49,14 @@ class RateLimiter:
         window: float,
         max_tenants: int = 100_000,
         counter: Counter | None = None,
+        name: str = "default",
     ) -> None:
         self.limit = limit
         self.window = window
         self._windows: dict[str, _Window] = {}
         self._max_tenants = max_tenants
-        self._policy = f'"default";q={limit};w={math.ceil(window)}'
+        self._name = name
+        self._policy = f'"{name}";q={limit};w={math.ceil(window)}'
         self._counter = counter
         self._last_window_no: int | None = None
 
@@ -76,18 +81,20 @@ class RateLimiter:
         allowed = win.count < self.limit
         if allowed:
             win.count += 1
+        else:
+            win.refused += 1
         reset = max(math.ceil(win.start + self.window - now), 1)
-        return self._decision(allowed, win.count, reset)
+        return self._decision(allowed, win.count, reset, win.refused)
 
-    def _decision(self, allowed: bool, used: int, reset: int) -> Decision:
+    def _decision(self, allowed: bool, used: int, reset: int, refused: int = 0) -> Decision:
         remaining = max(self.limit - used, 0)
         headers = {
             "RateLimit-Policy": self._policy,
-            "RateLimit": f'"default";r={remaining};t={reset}',
+            "RateLimit": f'"{self._name}";r={remaining};t={reset}',
         }
         if not allowed:
             headers["Retry-After"] = str(reset)
-        return Decision(allowed, remaining, reset, headers)
+        return Decision(allowed, remaining, reset, headers, refused)
 
     def _expire(self, now: float) -> None:
         for tenant in [t for t, w in self._windows.items() if now - w.start >= self.window]:

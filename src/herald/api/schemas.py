@@ -8,12 +8,13 @@ Models that depend on the registered destination types are built at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import create_model as _create_model
 
 from herald.adapters.registry import Registry
+from herald.service import MAX_EVENT_TYPES, MAX_NAME_LENGTH, MAX_PATTERNS, MAX_TYPE_LENGTH
 
 # create_model's overloads do not type-check with computed field maps.
 create_model = cast(Any, _create_model)
@@ -25,6 +26,20 @@ class _Strict(BaseModel):
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def _documented(**limits: int) -> Any:
+    """JSON-schema limits (maxLength, maxItems) the document states and the service
+    checks (herald.service), so the service's 422 and its code answer a violation."""
+    return Field(json_schema_extra=dict(limits))
+
+
+_EVENT_TYPE_LENGTH = 128  # herald.match: the longest event type
+_Name = Annotated[str, _documented(maxLength=MAX_NAME_LENGTH)]
+_TypeName = Annotated[str, _documented(maxLength=MAX_TYPE_LENGTH)]
+_EventType = Annotated[str, _documented(maxLength=_EVENT_TYPE_LENGTH)]
+_Pattern = Annotated[str, _documented(maxLength=_EVENT_TYPE_LENGTH + 2)]  # family: "….*"
+_Patterns = Annotated[list[_Pattern], _documented(maxItems=MAX_PATTERNS)]
 
 
 # --- responses ------------------------------------------------------------------
@@ -102,7 +117,7 @@ class ReplayRequest(_Strict):
     status: Literal["success", "failure", "pending"] | None = None
     since: str | None = Field(default=None, description="RFC 3339; created at or after")
     until: str | None = Field(default=None, description="RFC 3339; created before")
-    event_types: list[str] | None = None
+    event_types: Annotated[list[_EventType], _documented(maxItems=MAX_EVENT_TYPES)] | None = None
     dry_run: bool = False
 
 
@@ -111,9 +126,11 @@ class RotateSecretRequest(_Strict):
 
 
 class EventCreate(_Strict):
-    type: str
+    type: _EventType
     data: dict[str, Any]
-    id: str | None = Field(default=None, description="evt_… id; generated if absent")
+    id: Annotated[str, _documented(maxLength=255)] | None = Field(
+        default=None, description="evt_… id; generated if absent"
+    )
     created_at: str | None = Field(default=None, description="RFC 3339; default now")
 
 
@@ -155,20 +172,23 @@ def destination_models(registry: Registry) -> DestinationModels:
     create = create_model(
         "DestinationCreate",
         __config__=ConfigDict(extra="forbid"),
-        name=(str, ...),
+        name=(_Name, ...),
         type=(str, type_field),
-        events=(list[str], Field(description="event types, family patterns like a.* or *")),
+        events=(_Patterns, Field(description="event types, family patterns like a.* or *")),
         **create_fields,
     )
     update = create_model(
         "DestinationUpdate",
         __config__=ConfigDict(extra="forbid"),
-        name=(str | None, None),
-        type=(str | None, None),
-        events=(list[str] | None, None),
+        name=(_Name | None, None),
+        type=(_TypeName | None, None),
+        events=(_Patterns | None, None),
+        # The enum describes the string branch only: beside ``default: null`` at the top
+        # it would make the default itself invalid (openapi-spec-validator refuses that).
+        # The service checks the value (422 status_invalid), so pydantic does not.
         status=(
-            str | None,
-            Field(default=None, json_schema_extra={"enum": ["active", "inactive"]}),
+            Annotated[str, Field(json_schema_extra={"enum": ["active", "inactive"]})] | None,
+            None,
         ),
         **update_fields,
     )

@@ -26,6 +26,7 @@ from herald.api.cursor import CursorCodec
 from herald.api.errors import (
     PayloadTooLarge,
     RateLimited,
+    RequestTimeout,
     Unauthorized,
     error_body,
 )
@@ -40,24 +41,31 @@ from herald.api.request import (
     status_param,
     timestamp_param,
 )
+from herald.api.server import read_body
 from herald.apikeys import API_KEY_PREFIX, hash_api_key
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
 from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import DestinationService
+from herald.service import MAX_TYPE_LENGTH, DestinationService
 from herald.views import delivery_view, destination_view, event_view, list_view
 
 log = structlog.get_logger("herald.api")
 
 PREFIX = "/v2"
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+# Visible ASCII after the prefix: anything else (a non-ASCII or undecodable byte)
+# cannot be a key Herald issued, and is refused before it is hashed or looked up.
+API_KEY = re.compile(API_KEY_PREFIX + r"[\x21-\x7e]{1,192}")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 TENANT = web.RequestKey("tenant", str)
+QUIET = web.RequestKey("quiet", bool)
+"""Set on a request refused for an address's flood of unauthenticated requests:
+one line per address and window says so, not one per request."""
 
 
 def _elapsed_ms(started: float) -> float:
@@ -89,6 +97,12 @@ class Api:
             limit=settings.api.rate_limit_requests,
             window=settings.api.rate_limit_window_seconds,
             counter=store.count_request if store.shared else None,
+        )
+        # Requests without a valid key, counted per client address, in memory.
+        self.anonymous = RateLimiter(
+            limit=settings.api.unauthenticated_rate_limit_requests,
+            window=settings.api.rate_limit_window_seconds,
+            name="unauthenticated",
         )
         self.wake = wake
         self._key_cache: dict[str, tuple[str | None, float]] = {}
@@ -144,7 +158,8 @@ class Api:
             status = 499  # the client went away first (nginx's code for it)
             raise
         finally:
-            self._access_log(request, request_id, status, response, started)
+            if not request.get(QUIET):
+                self._access_log(request, request_id, status, response, started)
 
     @staticmethod
     def _access_log(
@@ -181,7 +196,7 @@ class Api:
         extra_headers: dict[str, str] = {}
         try:
             if request.path != f"{PREFIX}/openapi.json":
-                tenant = await self._authenticate(request)
+                tenant = await self._authenticate(request, extra_headers)
                 request[TENANT] = tenant
                 decision = await self.limiter.hit(tenant)
                 extra_headers.update(decision.headers)
@@ -193,9 +208,17 @@ class Api:
             if "\x00" in request.path or "\x00" in request.query_string:
                 # No id or filter holds one, and PostgreSQL cannot even compare one.
                 raise BadRequest("the URL contains a NUL character", code="invalid_character")
+            await read_body(request, self.settings.api.body_timeout_seconds)
             response = await handler(request)
         except HeraldError as exc:
             response = self._error(exc, request_id)
+            if isinstance(exc, Unauthorized):
+                challenge = 'Bearer realm="herald"'
+                if exc.code == "auth_invalid_key":
+                    challenge += ', error="invalid_token"'
+                response.headers["WWW-Authenticate"] = challenge
+            elif isinstance(exc, RequestTimeout):
+                response.force_close()  # the rest of the body is not waited for
         except web.HTTPException as exc:
             response = self._http_error(exc, request_id)
         except Exception:
@@ -233,7 +256,33 @@ class Api:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
 
-    async def _authenticate(self, request: web.Request) -> str:
+    async def _authenticate(self, request: web.Request, headers: dict[str, str]) -> str:
+        """The tenant of the request's key; Unauthorized, or RateLimited once its client
+        address has sent ``api.unauthenticated_rate_limit_requests`` requests without
+        a valid key in the window. A valid key is served from any address: a flood
+        from behind the same proxy does not lock its users out."""
+        address = request.remote or "unknown"
+        try:
+            return await self._tenant(request)
+        except Unauthorized:
+            decision = await self.anonymous.hit(address)
+            if decision.allowed:
+                raise
+        request[QUIET] = True
+        if decision.refused == 1:
+            log.warning(
+                "unauthenticated_requests_limited",
+                address=address,
+                limit=self.anonymous.limit,
+                window_seconds=self.anonymous.window,
+            )
+        headers.update(decision.headers)
+        raise RateLimited(
+            f"more than {self.anonymous.limit} requests without a valid API key from this"
+            f" address in {self.anonymous.window:g} s; retry in {decision.reset} s"
+        )
+
+    async def _tenant(self, request: web.Request) -> str:
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
@@ -241,7 +290,7 @@ class Api:
                 "missing 'Authorization: Bearer <API key>' header", code="auth_missing"
             )
         key = key.strip()
-        if not key.startswith(API_KEY_PREFIX) or len(key) > 200:
+        if not API_KEY.fullmatch(key):
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
         digest = hash_api_key(key)
         now = time.monotonic()
@@ -260,8 +309,9 @@ class Api:
     # --- parsing helpers ----------------------------------------------------------
     def _known_type(self, data: dict[str, Any]) -> None:
         # An unknown type is an invalid value (422 naming `type`), even when the body
-        # also carries a config object under that unknown name.
-        if isinstance(data.get("type"), str):
+        # also carries a config object under that unknown name. One too long to be a
+        # type is left to the service, which says so without echoing it.
+        if isinstance(data.get("type"), str) and len(data["type"]) <= MAX_TYPE_LENGTH:
             self.registry.canonical(data["type"])
 
     def _page(
