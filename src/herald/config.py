@@ -225,6 +225,8 @@ class RelaySettings(_Section):
 class SecuritySettings(_Section):
     allow_private_networks: bool = False
     allowed_networks: Networks = ()
+    ambient_credentials_tenants: tuple[str, ...] = ("default",)
+    """Tenants whose keyless cloud destinations may use the daemon's own identity."""
     encryption_key: EncryptionKey | None = None
     encryption_key_file: Path | None = None
     previous_encryption_keys: tuple[SecretStr, ...] = ()

@@ -13,7 +13,9 @@ import functools
 import ipaddress
 import re
 import socket
+import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
@@ -24,6 +26,7 @@ from herald.errors import EgressDenied, ValidationError
 __all__ = [
     "EgressPolicy",
     "GuardedResolver",
+    "TargetCheck",
     "check_target",
     "check_url_host",
     "is_public_address",
@@ -290,3 +293,34 @@ async def check_target(url: str, policy: EgressPolicy, *, field: str) -> None:
         raise ValidationError(exc.message, field=field, code="url_invalid") from exc
     except ValueError as exc:
         raise ValidationError(f"invalid URL: {exc}", field=field, code="url_invalid") from None
+
+
+class TargetCheck:
+    """Resolve-and-check of target hosts, with a short cache of hosts that passed.
+
+    For connections whose resolver Herald does not own: a proxy resolves the
+    target itself, and so do the SDKs that cannot take a resolver (aio-pika,
+    Azure's AMQP, gRPC). The check cannot pin the address they then connect to:
+    a proxy must refuse private ranges too (documented). A host that does not
+    resolve raises EgressDenied whose ``__cause__`` is the ValidationError.
+    """
+
+    def __init__(self, egress: EgressPolicy, *, ttl: float = 10.0) -> None:
+        self._egress = egress
+        self._ttl = ttl
+        self._ok: dict[str, float] = {}
+
+    async def check(self, url: str) -> None:
+        if self._egress.allow_private:
+            return
+        host = urlsplit(url).hostname or ""
+        now = time.monotonic()
+        if self._ok.get(host, 0.0) > now:
+            return
+        try:
+            await resolve_and_check(host, self._egress)
+        except ValidationError as exc:
+            raise EgressDenied(exc.message) from exc
+        if len(self._ok) > 10_000:
+            self._ok.clear()
+        self._ok[host] = now + self._ttl

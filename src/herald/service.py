@@ -251,7 +251,7 @@ class DestinationService:
             type_name, {k: v for k, v in raw.items() if v is not None}
         )
         self._config_lengths(used, raw)
-        await self.registry.get(canonical).check(config)
+        await self.registry.get(canonical).check(config, tenant_id=tenant_id)
         plain, secrets = config.split()
         now = time.time()
         dest = Destination(
@@ -348,8 +348,11 @@ class DestinationService:
                     dest.type, {k: v for k, v in merged.items() if v is not None}
                 )
                 self._config_lengths(used, raw)
+                adapter = self.registry.get(dest.type)
+                # Credentials are not part of the target: dropping them is checked too.
+                adapter.check_credentials(config, tenant_id=dest.tenant_id)
                 if config.target() != old.target():
-                    await self.registry.get(dest.type).check(config)
+                    await adapter.check(config, tenant_id=dest.tenant_id)
                     changes["status"] = DestinationStatus.PENDING_VERIFICATION
                     reverify = True
                 plain, secrets = config.split()

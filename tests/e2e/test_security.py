@@ -697,7 +697,7 @@ async def test_a_dns_change_after_creation_is_refused_at_send_time(
             adapter = registry.get("webhook")
             config = registry.parse_config("webhook", {"url": url})
             dns.answers[name] = ["93.184.216.34"]  # public when the destination is created
-            await adapter.check(config)
+            await adapter.check(config, tenant_id="default")
             dns.answers[name] = ["127.0.0.1"]  # and private by the time it is used
             return await asyncio.wait_for(adapter.deliver(dest, config, event), 10)
         finally:

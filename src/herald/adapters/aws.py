@@ -57,9 +57,11 @@ from herald.adapters.base import (
     checked,
     classify,
     describe,
+    egress_denial,
     sensitive,
 )
 from herald.adapters.pool import PooledAdapter
+from herald.egress import GuardedResolver
 from herald.model import Destination, Event
 
 if TYPE_CHECKING:
@@ -164,6 +166,10 @@ class AWSConfig(DestinationConfig):
             return None
         return Credentials(key, secret, getattr(self, "session", None))
 
+    def missing_credentials(self) -> str | None:
+        """The key field, when no credentials are given (the standard chain would be asked)."""
+        return self.credential_fields[0] if self.credentials() is None else None
+
     def region_name(self) -> str | None:
         """The region requests are signed for (the ``region`` field of the types that have
         one), or None for the environment's default."""
@@ -258,6 +264,8 @@ def client_error_result(exc: ClientError) -> Result:
 
 def error_result(exc: Exception) -> Result:
     """Classify anything a publish call raised; never raises itself."""
+    if (denied := egress_denial(exc)) is not None:
+        return Result.permanent(denied.message)
     if isinstance(exc, ClientError):
         return client_error_result(exc)
     if isinstance(exc, BotoCoreError | OSError | aiohttp.ClientError | ShuttingDown):
@@ -291,6 +299,9 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
     operation: ClassVar[str]
     """The client method that publishes one event (``send_message`` …)."""
     idle_seconds = None
+    # A client for an endpoint_url resolves through the guarded resolver (open_client);
+    # AWS's own endpoints are not a tenant's choice and are not guarded.
+    resolves_through_guard = True
 
     def __init_subclass__(cls, *, service: str, operation: str, **kwargs: Any) -> None:
         """``class X(AWSAdapter, service=…, operation=…)``: the one call a type makes.
@@ -323,6 +334,10 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
             region = self.session.get_config_variable("region")
             self._default_region = region if isinstance(region, str) and region else DEFAULT_REGION
         return self._default_region
+
+    def ambient_credentials(self, config: DestinationConfig) -> str | None:
+        assert isinstance(config, AWSConfig)
+        return config.missing_credentials()
 
     def client_key(self, config: AWSConfig) -> ClientKey:
         """Which shared client serves ``config``."""
@@ -359,6 +374,11 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
             response_checksum_validation="when_required",
             # Compatible services and emulators rarely serve bucket subdomains.
             s3={"addressing_style": "path"} if key.endpoint_url else None,
+            # A tenant's endpoint is connected to only at addresses the egress policy
+            # permits, checked as resolved (IP literals: checked before each attempt).
+            connector_args=(
+                {"resolver": GuardedResolver(self.ctx.egress)} if key.endpoint_url else None
+            ),
         )
         cm = self.session.create_client(
             key.service,
@@ -380,7 +400,7 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
         """The result of a call that returned: a success, unless the type knows better."""
         return Result.success(status=http_status(response))
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, AWSConfig)
         key = self.client_key(config)
         try:

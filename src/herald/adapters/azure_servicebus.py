@@ -47,10 +47,12 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from herald.adapters.base import (
     DestinationConfig,
+    Dial,
     Result,
     checked,
     classify,
     describe,
+    dial,
     host_and_port,
     matching,
     sensitive,
@@ -69,6 +71,8 @@ OPEN_TIMEOUT_SECONDS = 10.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 240.0
 MESSAGE_ID_MAX = 128
+AMQPS_PORT = 5671
+AMQP_PORT = 5672
 
 # https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftservicebus
 _ENTITY = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._/-]{0,258}[A-Za-z0-9])?$")
@@ -82,6 +86,8 @@ class ConnectionString:
     """``host[:port]`` of the ``Endpoint``."""
     entity_path: str | None
     emulator: bool
+    host: str
+    port: int | None
 
 
 def parse_connection_string(value: str) -> ConnectionString:
@@ -124,7 +130,7 @@ def parse_connection_string(value: str) -> ConnectionString:
         raise ValueError("has UseDevelopmentEmulator other than true or false")
     namespace = host if port is None else f"{host}:{port}"
     entity = fields.get("entitypath") or None
-    return ConnectionString(namespace, entity, emulator == "true")
+    return ConnectionString(namespace, entity, emulator == "true", host, port)
 
 
 def normalize_endpoint(value: str) -> str:
@@ -296,6 +302,16 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
     async def close_client(self, client: _Sender) -> None:
         await client.close()
 
+    def dialled(self, config: DestinationConfig) -> list[Dial]:
+        """The ``endpoint_url`` when set (the connection goes there), else the connection
+        string's ``Endpoint`` (AMQPS 5671; the emulator's plain AMQP 5672)."""
+        assert isinstance(config, ServiceBusConfig)
+        if config.endpoint_url is not None:
+            return [dial("endpoint_url", normalize_endpoint(config.endpoint_url), AMQPS_PORT)]
+        parsed = parse_connection_string(config.connection_string)
+        port = parsed.port or (AMQP_PORT if parsed.emulator else AMQPS_PORT)
+        return [Dial("connection_string", parsed.host, port)]
+
     @property
     def open_timeout(self) -> float:
         return min(OPEN_TIMEOUT_SECONDS, self.timeout)
@@ -322,7 +338,7 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
         await _open_bounded(client, sender, self.open_timeout)
         return _Sender(client, sender, self.timeout)
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, ServiceBusConfig)
         from azure.servicebus import ServiceBusMessage
         from azure.servicebus.exceptions import (

@@ -1,10 +1,14 @@
 """What every destination type declares and does.
 
 A type is one module with one :class:`Adapter` subclass: its config model (the
-spec's fields, with sensitive ones marked once), create-time checks, and one
-``deliver`` that turns an event into one publish call and the result into a
-typed :class:`Result`. Timeouts, cancellation, recording and retries belong to
-the engine (``herald.attempt`` and ``herald.dispatch``), never to an adapter.
+spec's fields, with sensitive ones marked once), the hosts its config makes
+Herald dial (``dialled``), whether it falls back to the daemon's own cloud
+identity (``ambient_credentials``), and one ``publish`` that turns an event into
+one publish call and the result into a typed :class:`Result`. The base holds
+every type to the egress policy and the ambient-credential rule, at create time
+(``check``) and before every attempt (``deliver``), so a new type cannot forget
+them. Timeouts, cancellation, recording and retries belong to the engine
+(``herald.attempt`` and ``herald.dispatch``), never to an adapter.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, final
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from herald.egress import EgressPolicy, check_target
+from herald.egress import EgressPolicy, TargetCheck, check_target, check_url_host
+from herald.errors import EgressDenied, ValidationError
 from herald.model import Destination, Event, Outcome
 
 if TYPE_CHECKING:
@@ -126,6 +131,42 @@ class DestinationConfig(BaseModel):
     def target(self) -> tuple[Any, ...]:
         """The fields that say where messages go; a change means re-verification."""
         return tuple(self.model_dump(exclude=set(self.sensitive_fields())).items())
+
+
+class Dial(NamedTuple):
+    """A host a destination's config makes Herald connect to, and the field naming it."""
+
+    field: str
+    host: str
+    port: int | None = None
+
+    @property
+    def address(self) -> str:
+        """``tcp://host[:port]``, the form the egress checks take."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"tcp://{host}" + (f":{self.port}" if self.port is not None else "")
+
+
+def dial(field: str, address: str, default_port: int | None = None) -> Dial:
+    """The host and port of ``address`` (a URL, or ``host[:port]``) as named by ``field``."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return Dial(field, parts.hostname or "", port or default_port)
+
+
+def egress_denial(exc: BaseException) -> EgressDenied | None:
+    """The EgressDenied an SDK's error was caused by (a guarded resolver refused), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, EgressDenied):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,35 +304,111 @@ class AdapterContext:
 
 
 class Adapter(ABC):
-    """One destination type."""
+    """One destination type.
+
+    Every host a config makes Herald connect to is declared by :meth:`dialled`
+    and held to the egress policy here, for every type: when a destination is
+    created or changed (:meth:`check`) and before every attempt (:meth:`deliver`,
+    which then calls the type's :meth:`publish`). So is the rule that only the
+    tenants in ``security.ambient_credentials_tenants`` may publish with the
+    daemon's own cloud identity (:meth:`ambient_credentials`).
+    """
 
     type_id: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
     config_model: ClassVar[type[DestinationConfig]]
+    resolves_through_guard: ClassVar[bool] = False
+    """True when every connection to a dialled host resolves through
+    :class:`~herald.egress.GuardedResolver`, so the address checked is the
+    address dialled. Otherwise each attempt resolves and checks the dialled
+    hosts itself first (a pass is remembered for seconds), and the SDK then
+    resolves again on its own."""
 
     def __init__(self, ctx: AdapterContext) -> None:
         self.ctx = ctx
+        self._dial_checks = TargetCheck(ctx.egress)
 
     @property
     def timeout(self) -> float:
         """The engine's deadline for one attempt of this type."""
         return self.ctx.settings.delivery.adapter_timeout_seconds
 
-    async def check(self, config: DestinationConfig) -> None:
-        """Create-time checks that need I/O (e.g. DNS); raise ValidationError.
+    def dialled(self, config: DestinationConfig) -> list[Dial]:
+        """The hosts ``config`` chooses for Herald to connect to, with the fields naming them.
 
-        An ``endpoint_url`` is held to the webhook egress policy: whoever may create
-        destinations must not be able to point Herald at its own network (the cloud
-        metadata address, internal services) unless the operator allows it
-        (``security.allow_private_networks`` or ``security.allowed_networks``).
+        By default the ``endpoint_url``. A type whose config names other hosts (a
+        broker URL, a connection string's endpoint, a key's universe) adds them;
+        a type's fixed public service hosts (AWS's, Google's) are not listed.
         """
-        if config.endpoint_url is not None:
-            await check_target(
-                config.endpoint_url, self.ctx.egress, field=f"{self.type_id}.endpoint_url"
+        return [] if config.endpoint_url is None else [dial("endpoint_url", config.endpoint_url)]
+
+    def ambient_credentials(self, config: DestinationConfig) -> str | None:
+        """The credential field whose absence makes ``config`` publish with the daemon's
+        own identity (a cloud SDK's default credentials); None if it brings its own."""
+        return None
+
+    def check_credentials(self, config: DestinationConfig, *, tenant_id: str) -> None:
+        """Refuse (ValidationError naming the field) a config that would publish with the
+        daemon's own identity for a tenant the operator has not listed."""
+        field = self.ambient_credentials(config)
+        if field is not None and not self._ambient_allowed(tenant_id):
+            name = f"{self.type_id}.{field}"
+            raise ValidationError(
+                f"{name} is required: tenant {tenant_id!r} may not use the daemon's ambient"
+                " credentials (security.ambient_credentials_tenants)",
+                field=name,
+                code="credentials_required",
             )
 
-    @abstractmethod
+    async def check(self, config: DestinationConfig, *, tenant_id: str) -> None:
+        """Create-time checks that need I/O (e.g. DNS); raise ValidationError.
+
+        Every host in :meth:`dialled` is held to the egress policy: whoever may
+        create destinations must not be able to point Herald at its own network
+        (the cloud metadata address, internal services, a port scan) unless the
+        operator allows it (``security.allow_private_networks`` or
+        ``security.allowed_networks``). Then :meth:`check_credentials`.
+        """
+        for target in self.dialled(config):
+            await check_target(
+                target.address, self.ctx.egress, field=f"{self.type_id}.{target.field}"
+            )
+        self.check_credentials(config, tenant_id=tenant_id)
+
+    @final
     async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+        """One attempt: the egress and credential rules, then :meth:`publish`."""
+        refused = await self._refusal(dest, config)
+        if refused is not None:
+            return refused
+        return await self.publish(dest, config, event)
+
+    async def _refusal(self, dest: Destination, config: DestinationConfig) -> Result | None:
+        """Why this attempt must not be made (nothing dialled, no default chain asked)."""
+        field = self.ambient_credentials(config)
+        if field is not None and not self._ambient_allowed(dest.tenant_id):
+            return Result.permanent(
+                f"ambient credentials are not allowed for tenant {dest.tenant_id!r}:"
+                f" set {self.type_id}.{field} (security.ambient_credentials_tenants)"
+            )
+        for target in self.dialled(config):
+            try:
+                check_url_host(target.address, self.ctx.egress)  # IP literals
+                if not self.resolves_through_guard:
+                    await self._dial_checks.check(target.address)
+            except EgressDenied as exc:
+                if isinstance(exc.__cause__, ValidationError):  # did not resolve (now)
+                    return Result.retryable(f"connection failed: {exc.message}")
+                return Result.permanent(exc.message)
+            except ValidationError as exc:
+                return Result.permanent(f"{self.type_id}.{target.field}: {exc.message}")
+        return None
+
+    def _ambient_allowed(self, tenant_id: str) -> bool:
+        return tenant_id in self.ctx.settings.security.ambient_credentials_tenants
+
+    @abstractmethod
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         """Publish ``event`` once; return the outcome (never raise for a failed publish)."""
 
     async def forget(self, dest_id: str) -> None:

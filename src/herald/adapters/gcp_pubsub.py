@@ -40,9 +40,11 @@ from pydantic import ConfigDict, Field, field_validator
 
 from herald.adapters.base import (
     DestinationConfig,
+    Dial,
     Result,
     ShuttingDown,
     checked,
+    dial,
     host_and_port,
     matching,
     sensitive,
@@ -85,6 +87,8 @@ PERMANENT_CODES = frozenset(
 _PROJECT = re.compile(r"^(?:[a-z0-9][a-z0-9.-]{0,61}[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 # https://cloud.google.com/pubsub/docs/create-topic#resource_names
 _TOPIC = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DOMAIN = re.compile(rf"(?=.{{1,240}}$){_LABEL}(?:\.{_LABEL})*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,8 @@ def load_service_account(value: str) -> dict[str, Any]:
     for name in ("project_id", "private_key_id", "universe_domain"):
         if name in info and not isinstance(info[name], str):
             raise ValueError(f"has a {name} that is not a string")
+    if "universe_domain" in info and not _DOMAIN.fullmatch(info["universe_domain"]):
+        raise ValueError("has a universe_domain that is not a domain name")
     token_uri = urlsplit(info["token_uri"])
     if token_uri.scheme != "https" or not token_uri.hostname:
         raise ValueError("has a token_uri that is not an https:// URL")
@@ -199,6 +205,12 @@ class _ClientKey:
     """``anonymous``, ``adc`` or a SHA-256 fingerprint of the key (never the key)."""
 
 
+def universe_of(service_account_json: str) -> str:
+    """The universe domain a (validated) key publishes in; Google's unless it names one."""
+    universe = orjson.loads(service_account_json).get("universe_domain")
+    return universe if isinstance(universe, str) and universe else DEFAULT_UNIVERSE
+
+
 def _client_key(config: PubSubConfig) -> _ClientKey:
     endpoint = parse_endpoint(config.endpoint_url) if config.endpoint_url else None
     if endpoint is not None and not endpoint.tls:
@@ -228,7 +240,7 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
         credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
             info, scopes=PUBSUB_SCOPES
         )
-        universe = info.get("universe_domain", DEFAULT_UNIVERSE)
+        universe = universe_of(service_account_json)
     else:
         import google.auth
 
@@ -262,7 +274,22 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
     async def close_client(self, client: PublisherAsyncClient) -> None:
         await client.transport.close()  # type: ignore[no-untyped-call]
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    def dialled(self, config: DestinationConfig) -> list[Dial]:
+        """The ``endpoint_url``, else the Pub/Sub host of a key's own universe domain."""
+        assert isinstance(config, PubSubConfig)
+        if config.endpoint_url is not None:
+            return [dial("endpoint_url", parse_endpoint(config.endpoint_url).target)]
+        if config.service_account_json is not None:
+            universe = universe_of(config.service_account_json)
+            if universe != DEFAULT_UNIVERSE:
+                return [Dial("service_account_json", f"pubsub.{universe}", 443)]
+        return []
+
+    def ambient_credentials(self, config: DestinationConfig) -> str | None:
+        assert isinstance(config, PubSubConfig)
+        return "service_account_json" if _client_key(config).credentials == "adc" else None
+
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, PubSubConfig)
         from google.api_core import exceptions as api_exceptions
         from google.auth import exceptions as auth_exceptions

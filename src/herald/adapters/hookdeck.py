@@ -106,7 +106,7 @@ class HookdeckAdapter(HTTPAdapter[_Prepared]):
     def prepare(self, dest: Destination, config: HookdeckConfig) -> _Prepared:
         return _Prepared(config.url, config.token)
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, HookdeckConfig)
         prep = self.prepared.get(dest, config)
         body = event.envelope()

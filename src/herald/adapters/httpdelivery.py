@@ -15,15 +15,14 @@ import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
 from herald import __version__
 from herald.adapters.base import Adapter, AdapterContext, PerDestination, Result
-from herald.egress import EgressPolicy, GuardedResolver, check_url_host, resolve_and_check
-from herald.errors import EgressDenied, ValidationError
+from herald.egress import EgressPolicy, GuardedResolver, TargetCheck, check_url_host
+from herald.errors import EgressDenied
 from herald.timeutil import parse_retry_after
 
 __all__ = [
@@ -126,34 +125,6 @@ async def post(
     return Result.retryable(error, status=status, excerpt=excerpt, retry_after=retry_after)
 
 
-class TargetCheck:
-    """Resolve-and-check of target hosts for proxied requests, with a short cache.
-
-    A proxy resolves the target itself, so this check cannot pin the address it
-    connects to: the proxy must refuse private ranges too (documented).
-    """
-
-    def __init__(self, egress: EgressPolicy, *, ttl: float = 10.0) -> None:
-        self._egress = egress
-        self._ttl = ttl
-        self._ok: dict[str, float] = {}
-
-    async def check(self, url: str) -> None:
-        if self._egress.allow_private:
-            return
-        host = urlsplit(url).hostname or ""
-        now = time.monotonic()
-        if self._ok.get(host, 0.0) > now:
-            return
-        try:
-            await resolve_and_check(host, self._egress)
-        except ValidationError as exc:
-            raise EgressDenied(exc.message) from exc
-        if len(self._ok) > 10_000:
-            self._ok.clear()
-        self._ok[host] = now + self._ttl
-
-
 async def read_excerpt(resp: aiohttp.ClientResponse) -> str | None:
     """The first KiB of the body; the rest is never read (a hostile body can be endless)."""
     buf = b""
@@ -170,11 +141,12 @@ async def read_excerpt(resp: aiohttp.ClientResponse) -> str | None:
 class HTTPAdapter(Adapter, Generic[P]):
     """A type that delivers by one HTTP POST; ``P`` is what it prepares per destination."""
 
+    resolves_through_guard = True  # the sessions' resolver; behind a proxy, post() checks
+
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
         self._sessions: list[aiohttp.ClientSession] = []
         self._turn = 0
-        self._targets = TargetCheck(ctx.egress)
         self.prepared: PerDestination[P] = PerDestination(self.prepare, expires=self.expires)
 
     @property
@@ -228,7 +200,7 @@ class HTTPAdapter(Adapter, Generic[P]):
             headers=headers,
             egress=self.ctx.egress,
             proxy=self.proxy,
-            targets=self._targets,
+            targets=self._dial_checks,
         )
 
     async def forget(self, dest_id: str) -> None:

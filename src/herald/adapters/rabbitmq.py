@@ -40,6 +40,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from herald.adapters.base import (
     AdapterContext,
     DestinationConfig,
+    Dial,
     PerDestination,
     Result,
     ShuttingDown,
@@ -309,7 +310,14 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     async def close_client(self, client: _Broker) -> None:
         await client.close()
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    def dialled(self, config: DestinationConfig) -> list[Dial]:
+        """The broker of ``server_url`` (aio-pika resolves it; each attempt checks first)."""
+        assert isinstance(config, RabbitMQConfig)
+        address = parse_server_url(config.server_url)
+        port = address.port or (AMQPS_PORT if config.use_tls else AMQP_PORT)
+        return [Dial("server_url", address.host, port)]
+
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, RabbitMQConfig)
         prep = self._prepared.get(dest, config)
         try:

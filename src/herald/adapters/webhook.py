@@ -20,13 +20,14 @@ from pydantic import Field, field_validator
 from herald.adapters.base import (
     AdapterContext,
     DestinationConfig,
+    Dial,
     Result,
     check_http_url,
     checked,
+    dial,
     sensitive,
 )
 from herald.adapters.httpdelivery import HTTPAdapter, json_headers
-from herald.egress import check_target
 from herald.errors import ValidationError
 from herald.model import Destination, Event
 from herald.signing import parse_secret, signature_header
@@ -138,11 +139,9 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
     def source_addresses(self) -> Sequence[str | None]:
         return self.ctx.settings.delivery.webhook_source_addresses or (None,)
 
-    async def check(self, config: DestinationConfig) -> None:
-        """Refuse, at create time, a URL that resolves to a non-public address."""
+    def dialled(self, config: DestinationConfig) -> list[Dial]:
         assert isinstance(config, WebhookConfig)
-        await super().check(config)
-        await check_target(config.url, self.ctx.egress, field="webhook.url")
+        return [*super().dialled(config), dial("url", config.url)]
 
     def prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
         headers = json_headers()
@@ -162,7 +161,7 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
     def expires(self, prepared: _Prepared) -> float:
         return prepared.keys_until
 
-    async def deliver(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
+    async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, WebhookConfig)
         prep = self.prepared.get(dest, config)
         body = event.envelope()

@@ -127,13 +127,15 @@ async def test_egress_guard_applies_to_the_default_url_and_to_an_endpoint_url(
             assert "egress denied" in denied.error
             assert gateway.received == []
         with pytest.raises(ValidationError) as refused:
-            await strict.check(HookdeckConfig(token=token, endpoint_url=gateway.base_url))
+            await strict.check(
+                HookdeckConfig(token=token, endpoint_url=gateway.base_url), tenant_id="default"
+            )
         assert (refused.value.code, refused.value.field) == (
             "url_not_allowed",
             "hookdeck.endpoint_url",
         )
         config = {"token": token, "endpoint_url": gateway.base_url}
-        await allowing.check(HookdeckConfig.model_validate(config))
+        await allowing.check(HookdeckConfig.model_validate(config), tenant_id="default")
         allowed, _ = await send(allowing, config)
         assert allowed.outcome is Outcome.SUCCESS, allowed
     finally:
