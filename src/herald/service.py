@@ -19,9 +19,17 @@ from herald.adapters.registry import Registry
 from herald.attempt import attempt
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.fields import (
+    MAX_TYPE_LENGTH,
+    check_event_types,
+    config_lengths,
+    events_field,
+    name_field,
+    str_field,
+)
 from herald.ids import new_id
-from herald.ingest import control_problem, event_id_problem
-from herald.match import validate_event_type, validate_pattern
+from herald.ingest import event_id_problem
+from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -44,20 +52,6 @@ from herald.timeutil import format_epoch, parse_timestamp
 ROTATION_WINDOW_SECONDS = 24 * 3600
 REPLAY_BATCH = 500
 
-# Limits on what a caller may send (README, Security). Each is checked here, where the
-# field is validated, and answered with a 422 naming the field; the webhook's own
-# limits (url, custom_headers) are in its config model (herald.adapters.webhook).
-MAX_NAME_LENGTH = 255
-MAX_TYPE_LENGTH = 64
-"""A destination ``type`` (the names are short; a longer one is echoed nowhere)."""
-MAX_PATTERNS = 100
-"""Entries of a destination's ``events``."""
-MAX_EVENT_TYPES = 100
-"""Event types a delivery filter names (replay's ``event_types``)."""
-MAX_CONFIG_VALUE = 16_384
-"""Characters of any one field of a type's config object (a service account key
-is about 2,400; the webhook's ``url`` has its own, tighter limit)."""
-
 replay_log = structlog.get_logger("herald.replay")
 
 
@@ -67,77 +61,6 @@ class ReplayResult:
     requeued: int
     sample: list[Delivery]
     dry_run: bool
-
-
-def _str_field(
-    body: Mapping[str, Any], name: str, *, required: bool, max_length: int | None = None
-) -> str | None:
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ValidationError(f"{name} is required", field=name, code="field_required")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string", field=name, code="invalid_type")
-    if max_length is not None and len(value) > max_length:
-        raise ValidationError(
-            f"{name} is longer than {max_length} characters", field=name, code="too_long"
-        )
-    return value
-
-
-def _name(body: Mapping[str, Any]) -> str | None:
-    name = _str_field(body, "name", required=False)
-    # The length as stored, not as stripped: spaces around a name are kept too.
-    if name is not None and not (name.strip() and len(name) <= MAX_NAME_LENGTH):
-        raise ValidationError(
-            f"name must be 1 to {MAX_NAME_LENGTH} characters", field="name", code="name_invalid"
-        )
-    if name is not None and (problem := control_problem(name, "name")) is not None:
-        raise ValidationError(problem, field="name", code="name_invalid")
-    return name
-
-
-def _events(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] | None:
-    events = body.get("events")
-    if events is None:
-        if required:
-            raise ValidationError("events is required", field="events", code="field_required")
-        return None
-    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
-        raise BadRequest("events must be an array of strings", field="events", code="invalid_type")
-    if not events:
-        raise ValidationError(
-            "events must name at least one event type or '*'", field="events", code="events_empty"
-        )
-    if len(events) > MAX_PATTERNS:
-        raise ValidationError(
-            f"events holds at most {MAX_PATTERNS} patterns", field="events", code="events_invalid"
-        )
-    for i, pattern in enumerate(events):
-        try:
-            validate_pattern(pattern)
-        except ValidationError as exc:
-            raise ValidationError(
-                exc.message, field=f"events[{i}]", code="event_pattern_invalid"
-            ) from exc
-    return tuple(dict.fromkeys(events))
-
-
-def check_event_types(event_types: tuple[str, ...], *, field: str = "event_types") -> None:
-    """A filter's event types: at most :data:`MAX_EVENT_TYPES`, each a valid type."""
-    if len(event_types) > MAX_EVENT_TYPES:
-        raise ValidationError(
-            f"{field} holds at most {MAX_EVENT_TYPES} event types",
-            field=field,
-            code="too_many_items",
-        )
-    for i, event_type in enumerate(event_types):
-        try:
-            validate_event_type(event_type)
-        except ValueError as exc:
-            name = field if len(event_types) == 1 else f"{field}[{i}]"
-            raise ValidationError(str(exc), field=name, code="event_type_invalid") from exc
 
 
 class DestinationService:
@@ -184,18 +107,6 @@ class DestinationService:
                 )
         return canonical, found[0], obj
 
-    @staticmethod
-    def _config_lengths(used: str, raw: Mapping[str, Any]) -> None:
-        """Checked after the type's own checks, whose limits (webhook.url's) are tighter;
-        ``used`` is the key the caller gave the config object under."""
-        for key, value in raw.items():
-            if isinstance(value, str) and len(value) > MAX_CONFIG_VALUE:
-                raise ValidationError(
-                    f"{used}.{key} is longer than {MAX_CONFIG_VALUE} characters",
-                    field=f"{used}.{key}",
-                    code="too_long",
-                )
-
     def _known_keys(self, body: Mapping[str, Any], type_name: str, extra: Iterable[str]) -> None:
         allowed = {
             "name",
@@ -232,13 +143,13 @@ class DestinationService:
         return event, delivery
 
     async def create(self, tenant_id: str, body: Mapping[str, Any]) -> Destination:
-        type_name = _str_field(body, "type", required=True, max_length=MAX_TYPE_LENGTH)
+        type_name = str_field(body, "type", required=True, max_length=MAX_TYPE_LENGTH)
         assert type_name is not None
         self._known_keys(body, type_name, ())
-        name = _name(body)
+        name = name_field(body)
         if name is None:
             raise ValidationError("name is required", field="name", code="field_required")
-        events = _events(body, required=True)
+        events = events_field(body, required=True)
         assert events is not None
         canonical, used, raw = self._type_object(body, type_name)
         if raw is None:
@@ -250,7 +161,7 @@ class DestinationService:
         config = self.registry.parse_config(
             type_name, {k: v for k, v in raw.items() if v is not None}
         )
-        self._config_lengths(used, raw)
+        config_lengths(used, raw)
         await self.registry.get(canonical).check(config, tenant_id=tenant_id)
         plain, secrets = config.split()
         now = time.time()
@@ -317,7 +228,7 @@ class DestinationService:
     async def update(self, tenant_id: str, dest_id: str, body: Mapping[str, Any]) -> Destination:
         current = await self.get(tenant_id, dest_id)
         if "type" in body and body["type"] is not None:
-            requested = _str_field(body, "type", required=False, max_length=MAX_TYPE_LENGTH)
+            requested = str_field(body, "type", required=False, max_length=MAX_TYPE_LENGTH)
             if requested is not None and self.registry.canonical(requested) != current.type:
                 raise ValidationError(
                     "the type of a destination cannot change; create a new one",
@@ -325,9 +236,9 @@ class DestinationService:
                     code="type_immutable",
                 )
         self._known_keys(body, current.type, ("status",))
-        name = _name(body)
-        events = _events(body, required=False)
-        status_raw = _str_field(body, "status", required=False)
+        name = name_field(body)
+        events = events_field(body, required=False)
+        status_raw = str_field(body, "status", required=False)
         _, used, raw = self._type_object(body, current.type)
         if raw is not None:
             # A credential echoed back as shown ("********") means "unchanged".
@@ -347,7 +258,7 @@ class DestinationService:
                 config = self.registry.parse_config(
                     dest.type, {k: v for k, v in merged.items() if v is not None}
                 )
-                self._config_lengths(used, raw)
+                config_lengths(used, raw)
                 adapter = self.registry.get(dest.type)
                 # Credentials are not part of the target: dropping them is checked too.
                 adapter.check_credentials(config, tenant_id=dest.tenant_id)

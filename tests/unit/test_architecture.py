@@ -40,6 +40,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.match",
         "herald.egress",
         "herald.ingest",
+        "herald.fields",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import create_model as _create_model
 
 from herald.adapters.registry import Registry
-from herald.service import MAX_EVENT_TYPES, MAX_NAME_LENGTH, MAX_PATTERNS, MAX_TYPE_LENGTH
+from herald.fields import MAX_EVENT_TYPES, MAX_NAME_LENGTH, MAX_PATTERNS, MAX_TYPE_LENGTH
 
 # create_model's overloads do not type-check with computed field maps.
 create_model = cast(Any, _create_model)

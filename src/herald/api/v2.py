@@ -45,10 +45,11 @@ from herald.api.server import read_body
 from herald.apikeys import API_KEY_PREFIX, hash_api_key
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
+from herald.fields import MAX_TYPE_LENGTH
 from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import MAX_TYPE_LENGTH, DestinationService
+from herald.service import DestinationService
 from herald.views import delivery_view, destination_view, event_view, list_view
 
 log = structlog.get_logger("herald.api")
