@@ -2,7 +2,7 @@
 
 The service layer (herald.service) validates every body with these; the API's
 schemas (herald.api.schemas) document the same limits. Each limit is answered with
-a 422 naming the field (README, Security); the webhook's own limits (url,
+a 422 naming the field (docs/security.md); the webhook's own limits (url,
 custom_headers) are in its config model (herald.adapters.webhook).
 """
 
