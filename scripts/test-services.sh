@@ -134,6 +134,34 @@ ensure_nginx() {
 
 ensure_nginx
 
+# --- strace, systemd-analyze, kubectl: tests/e2e/test_systemd.py and test_deploy.py ---
+# strace traces a daemon's system calls against the unit's filter; systemd-analyze
+# scores the unit; kubectl builds the kustomizations. From Debian when missing.
+ensure_tools() {
+  local missing=()
+  command -v strace >/dev/null 2>&1 || missing+=(strace)
+  command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+  command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "test services: strace, systemd-analyze and kubectl present"
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "test services: missing ${missing[*]} and not root; their tests will fail" >&2
+    return 0
+  fi
+  echo "test services: installing ${missing[*]} with apt"
+  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends \
+    "${missing[@]}" >/dev/null 2>&1 \
+    || { timeout 180 apt-get update -q >/dev/null 2>&1 \
+         && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q \
+              --no-install-recommends "${missing[@]}" >/dev/null 2>&1; } \
+    || echo "test services: could not install ${missing[*]}; their tests will fail" >&2
+  return 0
+}
+
+ensure_tools
+
 # >>> promtool: tests/e2e/test_deploy.py checks deploy/prometheus/*.yml with it ----------
 # Debian's prometheus package ships promtool. Installed only when promtool is missing,
 # we are root and apt works; bounded (apt-get under timeout). The prometheus service the

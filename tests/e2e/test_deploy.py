@@ -265,13 +265,16 @@ def test_every_yaml_file_in_deploy_loads(yaml: Any) -> None:
 
 
 def k8s_objects(yaml: Any) -> dict[str, dict[str, Any]]:
-    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    """The base's objects by kind (the SQLite variant applies the base as it is)."""
+    base = KUBERNETES / "base"
+    kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
     listed = kustomization["resources"]
-    present = sorted(p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")
+    present = sorted(p.name for p in base.glob("*.yaml") if p.name != "kustomization.yaml")
     assert sorted(listed) == present, "kustomization.yaml lists every manifest"
+    assert yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"] == ["base"]
     objects: dict[str, dict[str, Any]] = {}
     for name in listed:
-        for doc in yaml.safe_load_all((KUBERNETES / name).read_text()):
+        for doc in yaml.safe_load_all((base / name).read_text()):
             assert doc["kind"] not in objects, f"two {doc['kind']} objects"
             objects[doc["kind"]] = doc
     return objects
@@ -279,15 +282,10 @@ def k8s_objects(yaml: Any) -> dict[str, dict[str, Any]]:
 
 def test_kubernetes_manifests(yaml: Any) -> None:
     objs = k8s_objects(yaml)
-    assert set(objs) == {
-        "Deployment",
-        "Service",
-        "ServiceMonitor",
-        "Secret",
-        "PersistentVolumeClaim",
-    }
+    # No Secret: `kubectl apply -k` must never replace the operator's real key.
+    assert set(objs) == {"Deployment", "Service", "ServiceMonitor", "PersistentVolumeClaim"}
     deployment, service, monitor = objs["Deployment"], objs["Service"], objs["ServiceMonitor"]
-    secret, pvc = objs["Secret"], objs["PersistentVolumeClaim"]
+    pvc = objs["PersistentVolumeClaim"]
     assert deployment["apiVersion"] == "apps/v1"
     spec = deployment["spec"]
     assert spec["replicas"] == 1, "one replica while the database is SQLite"
@@ -321,8 +319,9 @@ def test_kubernetes_manifests(yaml: Any) -> None:
     )
     assert pod["terminationGracePeriodSeconds"] > grace
     key_ref = env["HERALD_SECURITY__ENCRYPTION_KEY"]["valueFrom"]["secretKeyRef"]
-    assert key_ref["name"] == secret["metadata"]["name"]
-    assert key_ref["key"] in secret["stringData"]
+    # The documented command makes exactly the Secret and key the pod reads.
+    create = f"kubectl create secret generic {key_ref['name']} --from-literal={key_ref['key']}="
+    assert create in (KUBERNETES / "kustomization.yaml").read_text()
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     data = next(n for n, path in mounts.items() if path == "/var/lib/herald")
@@ -341,19 +340,55 @@ def test_kubernetes_manifests(yaml: Any) -> None:
     assert (endpoint["port"], endpoint["path"]) == (sport["name"], "/metrics")
 
 
-def test_kustomize_builds_the_manifests() -> None:
+def kustomize(path: Path, yaml: Any) -> dict[str, dict[str, Any]]:
+    """``kubectl kustomize path``: the objects it builds, by kind."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed")
+        unavailable("kubectl is not installed")
     proc = subprocess.run(
-        [kubectl, "kustomize", str(KUBERNETES)], capture_output=True, text=True, timeout=60
+        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    kinds = re.findall(r"^kind: (\w+)$", proc.stdout, re.M)
-    assert sorted(kinds) == sorted(
-        ["Deployment", "Service", "ServiceMonitor", "Secret", "PersistentVolumeClaim"]
-    )
-    assert "image: herald:" in proc.stdout
+    assert "$patch" not in proc.stdout, "a patch directive left in the output"
+    objects: dict[str, dict[str, Any]] = {}
+    for doc in yaml.safe_load_all(proc.stdout):
+        assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+        objects[doc["kind"]] = doc
+    return objects
+
+
+def test_kustomize_builds_the_sqlite_variant(yaml: Any) -> None:
+    objs = kustomize(KUBERNETES, yaml)
+    assert sorted(objs) == ["Deployment", "PersistentVolumeClaim", "Service", "ServiceMonitor"]
+    [container] = objs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "herald:0.1.0"
+    assert objs["Deployment"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "herald"
+
+
+def test_kustomize_builds_the_postgres_variant(yaml: Any) -> None:
+    objs = kustomize(KUBERNETES / "postgres", yaml)
+    # No volume and no Secret: replicas keep nothing on disk, keys stay the operator's.
+    assert sorted(objs) == ["Deployment", "PodDisruptionBudget", "Service", "ServiceMonitor"]
+    spec = objs["Deployment"]["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    db = env["HERALD_DATABASE__URL"]
+    assert "value" not in db, "the URL, with its password, comes from a Secret"
+    ref = db["valueFrom"]["secretKeyRef"]
+    create = f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}="
+    assert create in (KUBERNETES / "postgres" / "kustomization.yaml").read_text()
+    assert "HERALD_SECURITY__ENCRYPTION_KEY" in env, "every replica reads the same key"
+    assert "/var/lib/herald" not in {m["mountPath"] for m in container["volumeMounts"]}
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    pdb = objs["PodDisruptionBudget"]
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["maxUnavailable"] == 1
+    pod_labels = spec["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
 def test_compose_stack(yaml: Any) -> None:

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,8 +44,11 @@ class Herald:
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
         *,
         database_url: str | None = None,
+        wrapper: Sequence[str] = (),
     ):
         self.workdir = workdir
+        # A command the daemon runs under (e.g. strace), given before the interpreter.
+        self.wrapper = list(wrapper)
         self.db_path = workdir / "herald.db"
         self.database_url = database_url or f"sqlite:///{self.db_path}"
         self.backend = "postgres" if database_url else "sqlite"
@@ -86,7 +89,15 @@ class Herald:
     def start(self, *, timeout: float = 20.0) -> Herald:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "herald", "run", "--config", str(self.config_path)],
+            [
+                *self.wrapper,
+                sys.executable,
+                "-m",
+                "herald",
+                "run",
+                "--config",
+                str(self.config_path),
+            ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
