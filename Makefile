@@ -9,7 +9,7 @@ CONFIG ?= config.example.toml
 # bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
 PYTEST_ARGS ?= -n 2 --dist loadgroup -rs
 
-.PHONY: run test lint format bench install dev clean services
+.PHONY: run test lint format bench install dev clean services constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ test: lint services
 
 bench: dev services
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The container image's pinned dependencies; run after changing pyproject.toml's.
+constraints:
+	PYTHON=$(PYTHON) scripts/constraints.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build src/*.egg-info

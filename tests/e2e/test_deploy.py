@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import re
@@ -219,6 +220,44 @@ def test_dockerfile_is_multi_stage_non_root_and_healthchecked() -> None:
     assert "/healthz" in health
     assert "urllib.request" in health, "slim images have no curl or wget"
     assert healthcheck_command()[0] == "/opt/herald/bin/python"
+
+
+def test_the_image_installs_pinned_dependencies() -> None:
+    """Every package the wheel needs is pinned in constraints.txt, which the build uses,
+    and each pin meets pyproject.toml's lower bound (``make constraints`` rewrites it)."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    constraints = DOCKERFILE.parent / "constraints.txt"
+    pins: dict[str, Version] = {}
+    for line in constraints.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = Version(version)
+    builder = [a for k, a in dockerfile_instructions(DOCKERFILE.read_text()) if k == "RUN"]
+    assert any("--constraint constraints.txt" in a for a in builder)
+    env = {**default_environment(), "extra": ""}
+    missing: list[str] = []
+    todo, seen = ["herald"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in importlib.metadata.requires(name) or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue  # an extra (dev) or another platform's
+            dep = canonicalize_name(req.name)
+            if dep not in pins:
+                missing.append(f"{dep} (for {name})")
+                continue
+            if name == "herald":
+                assert req.specifier.contains(pins[dep], prereleases=True), (req, pins[dep])
+            todo.append(dep)
+    assert not missing, f"not pinned in constraints.txt (run make constraints): {missing}"
 
 
 def test_the_image_env_is_a_valid_herald_config(monkeypatch: pytest.MonkeyPatch) -> None:
