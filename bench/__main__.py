@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from bench import (
     adapters,
     fanout,
+    idle,
     isolation,
     latency,
     postgres,
@@ -43,6 +44,7 @@ BENCHMARKS = [
     Benchmark(
         retry_backlog.NAME, retry_backlog.HELP, retry_backlog.add_arguments, retry_backlog.run
     ),
+    Benchmark(idle.NAME, idle.HELP, idle.add_arguments, idle.run),
     Benchmark(isolation.NAME, isolation.HELP, isolation.add_arguments, isolation.run),
     Benchmark(postgres.NAME, postgres.HELP, postgres.add_arguments, postgres.run),
     Benchmark(adapters.NAME, adapters.HELP, adapters.add_arguments, adapters.run),

@@ -140,6 +140,7 @@ class Daemon:
             comp.policy,
             batch_size=s.relay.batch_size,
             poll_interval=s.relay.poll_interval_seconds,
+            idle_poll=s.relay.idle_poll_seconds,
             max_payload_bytes=s.relay.max_payload_bytes,
             on_deliveries=dispatcher.wake,
             on_batch=self.metrics.relayed,

@@ -61,6 +61,7 @@ class Relay:
         *,
         batch_size: int,
         poll_interval: float,
+        idle_poll: float,
         max_payload_bytes: int,
         on_deliveries: Callable[[], None] = lambda: None,
         on_batch: Callable[[RelayPlan], None] = lambda plan: None,
@@ -71,6 +72,7 @@ class Relay:
         self._policy = policy
         self._batch = batch_size
         self._poll = poll_interval
+        self._idle_poll = max(idle_poll, poll_interval)
         self._max_payload = max_payload_bytes
         self._on_deliveries = on_deliveries
         self._on_batch = on_batch
@@ -162,11 +164,15 @@ class Relay:
         return count
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Relay until ``stop`` is set; polls when idle (SQLite has no notifications)."""
+        """Relay until ``stop`` is set. Woken when rows may have arrived (PostgreSQL's
+        notifications, SQLite's commit check every ``poll_interval``), it queries the
+        outbox only then, and every ``idle_poll`` seconds in case a wake-up was lost;
+        where the store cannot tell, it queries every ``poll_interval``."""
         self.running = True
-        notified = await self._store.watch_outbox(self.wake)
-        if notified:
-            log.info("relay_listening", channel="herald_outbox")
+        watched = await self._store.watch_outbox(self.wake, every=self._poll)
+        idle_wait = self._idle_poll if watched else self._poll
+        if watched:
+            log.info("relay_watching", database=self._store.dialect.name)
 
         def trouble(exc: StorageError, delay: float) -> None:
             # The database is away (locked, restarting, unreachable, full): nothing was
@@ -176,6 +182,8 @@ class Relay:
 
         try:
             while not stop.is_set():
+                # Cleared before the pass: rows that arrive during it wake the next one.
+                self._wake.clear()
                 count = await retry_storage(
                     self.run_once,
                     on_error=trouble,
@@ -187,14 +195,13 @@ class Relay:
                 self.storage_error = None
                 if count >= self._batch:
                     continue
-                self._wake.clear()
                 waiters = [
                     asyncio.ensure_future(stop.wait()),
                     asyncio.ensure_future(self._wake.wait()),
                 ]
                 try:
                     await asyncio.wait(
-                        waiters, timeout=self._poll, return_when=asyncio.FIRST_COMPLETED
+                        waiters, timeout=idle_wait, return_when=asyncio.FIRST_COMPLETED
                     )
                 finally:
                     for w in waiters:

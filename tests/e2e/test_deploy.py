@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -238,7 +238,7 @@ def test_the_image_installs_pinned_dependencies() -> None:
             pins[canonicalize_name(name)] = Version(version)
     builder = [a for k, a in dockerfile_instructions(DOCKERFILE.read_text()) if k == "RUN"]
     assert any("--constraint constraints.txt" in a for a in builder)
-    env = {**default_environment(), "extra": ""}
+    env: dict[str, str] = {**cast("dict[str, str]", default_environment()), "extra": ""}
     missing: list[str] = []
     todo, seen = ["herald"], set()
     while todo:

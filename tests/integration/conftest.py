@@ -337,6 +337,7 @@ async def open_harness(
         policy,
         batch_size=settings.relay.batch_size,
         poll_interval=settings.relay.poll_interval_seconds,
+        idle_poll=settings.relay.idle_poll_seconds,
         max_payload_bytes=settings.relay.max_payload_bytes,
     )
     harness = Harness(settings, box, store, registry, catalog, policy, service, relay)

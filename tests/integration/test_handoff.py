@@ -35,6 +35,7 @@ def relay_for(h: Harness, dispatcher: Dispatcher, *, batch_size: int = 500) -> R
         h.policy,
         batch_size=batch_size,
         poll_interval=0.01,
+        idle_poll=1.0,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
         handoff=dispatcher.handover,
     )
@@ -87,6 +88,7 @@ async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
         h.policy,
         batch_size=500,
         poll_interval=0.01,
+        idle_poll=1.0,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
         handoff=dispatcher.handover,
         on_deliveries=lambda: wakes.append(None),

@@ -335,16 +335,44 @@ def _listener_pids(h: Harness) -> list[int]:
     ]
 
 
+async def test_the_outbox_watch_wakes_on_a_producers_commit_and_only_then(
+    harness: Harness,
+) -> None:
+    h = harness
+    wakes = 0
+    woken = asyncio.Event()
+
+    def wake() -> None:
+        nonlocal wakes
+        wakes += 1
+        woken.set()
+
+    assert await h.store.watch_outbox(wake, every=0.005) is True
+    if h.backend == "sqlite":
+        await asyncio.wait_for(woken.wait(), 5)  # the first look always wakes
+        woken.clear()
+    # Nothing committed: forty looks later, not one more wake-up.
+    settled = wakes
+    for _ in range(40):
+        await asyncio.sleep(0.005)
+    assert wakes == settled
+    for n in range(3):
+        h.produce("order.created", {"n": n})  # another process's transaction
+        await asyncio.wait_for(woken.wait(), 5)
+        woken.clear()
+    assert wakes >= settled + 1
+
+
 async def test_the_outbox_listener_comes_back_after_its_connection_is_lost(
     harness: Harness,
 ) -> None:
     h = harness
     woken = asyncio.Event()
-    notified = await h.store.watch_outbox(woken.set)
-    if h.backend == "sqlite":
-        assert notified is False  # no notifications: the relay polls
-        return
+    notified = await h.store.watch_outbox(woken.set, every=0.01)
     assert notified is True
+    if h.backend == "sqlite":
+        # No connection to lose: SQLite's watch is a look at the commit counter.
+        return
     h.produce("order.created", {"n": 1})
     await asyncio.wait_for(woken.wait(), 5)
 

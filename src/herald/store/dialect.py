@@ -86,7 +86,10 @@ class Dialect(Protocol):
     def oldest_epoch(self, value: Any) -> float | None:
         """``outbox_stats``' oldest ``created_at`` as an epoch, if it has one."""
 
-    async def watch_outbox(self, callback: Callable[[], None]) -> bool: ...
+    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+        """Call ``callback`` when outbox rows may have been inserted (looking ``every``
+        seconds where the database cannot notify); False if unsupported."""
+        ...
 
     # --- operations whose algorithm differs ------------------------------------------
     async def claim(self, conn: Conn, want: Claim) -> list[Row]:

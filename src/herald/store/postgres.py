@@ -209,7 +209,7 @@ class PostgresDialect(NamedQueries):
         return None if value is None else float(value)
 
     # --- LISTEN/NOTIFY ----------------------------------------------------
-    async def watch_outbox(self, callback: Callable[[], None]) -> bool:
+    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
         """LISTEN for outbox inserts on a dedicated connection; call ``callback`` on each.
 
         The connection is re-established whenever it is lost (a database restart, a

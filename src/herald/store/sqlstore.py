@@ -232,9 +232,10 @@ class SQLStore(Generic[D]):
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.execute(c, "renew_leases", until, owner, list(ids))
 
-    async def watch_outbox(self, callback: Callable[[], None]) -> bool:
-        """Call ``callback`` when producers insert outbox rows; False if unsupported."""
-        return await self.dialect.watch_outbox(callback)
+    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+        """Call ``callback`` when producers may have inserted outbox rows (PostgreSQL
+        notifies; on SQLite a cheap look every ``every`` seconds); False if unsupported."""
+        return await self.dialect.watch_outbox(callback, every=every)
 
     async def record_attempts(self, records: Sequence[AttemptRecord]) -> None:
         """Store attempts and move their deliveries on, in one transaction."""
