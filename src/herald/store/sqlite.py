@@ -28,7 +28,6 @@ from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.sqlstore import SQLStore, check_migrations
 from herald.timeutil import parse_timestamp
 
-
 # The commit check of an idle daemon (SQLiteDialect.watch_outbox): after a second
 # without commits it looks every 50 ms instead of every relay.poll_interval_seconds.
 # Each look is a wake-up of the event loop, about 0.15 ms of CPU on the 2-core test
