@@ -7,11 +7,12 @@ message that names each offending key.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import ipaddress
 import os
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
@@ -301,6 +302,65 @@ class Settings(BaseSettings):
         return None if db is None else db.with_name(db.name + ".key")
 
 
+def env_name(key: str) -> str:
+    """The environment variable of a dotted setting: ``delivery.max_retries`` is
+    ``HERALD_DELIVERY__MAX_RETRIES``."""
+    return ENV_PREFIX + key.replace(".", "__").upper()
+
+
+def _keys() -> dict[str, list[str]]:
+    """Every section's keys, by section."""
+    out: dict[str, list[str]] = {}
+    for name, field in Settings.model_fields.items():
+        model = field.annotation
+        out[name] = list(model.model_fields) if isinstance(model, type) else []
+    return out
+
+
+def _nearest(key: str) -> str | None:
+    """The known dotted key closest to a mistyped one, if any is close."""
+    sections = _keys()
+    section, _, rest = key.partition(".")
+    if section in sections:
+        found = difflib.get_close_matches(rest, sections[section], n=1, cutoff=0.6)
+        return f"{section}.{found[0]}" if found else None
+    dotted = [f"{s}.{k}" for s, keys in sections.items() for k in keys]
+    found = difflib.get_close_matches(key, [*sections, *dotted], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _from_env(key: str) -> str | None:
+    """The ``HERALD_…`` variable that set ``key``, if one did (the environment wins)."""
+    name = env_name(key)
+    return next((var for var in os.environ if var.upper() == name), None)
+
+
+def mistyped_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``HERALD_…`` variables that look meant for a setting but name none, each with
+    what it should be: pydantic-settings would ignore them without a word.
+
+    Only variables that start with a section's name count (``HERALD_DELIVERY_…``,
+    ``HERALD_API__…``): others (``HERALD_REQUIRE_SERVICES``) belong to someone else.
+    """
+    sections = _keys()
+    problems = []
+    for var in environ if environ is not None else os.environ:
+        upper = var.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        rest = upper[len(ENV_PREFIX) :].lower()
+        section = next((s for s in sections if rest.startswith(s + "_")), None)
+        if section is None:
+            continue
+        key = rest[len(section) :].lstrip("_")
+        if rest.startswith(section + "__") and (key in sections[section] or not key):
+            continue
+        nearest = _nearest(f"{section}.{key}")
+        hint = f"; did you mean {env_name(nearest)}?" if nearest else ""
+        problems.append(f"{var} is not a setting (HERALD_<SECTION>__<KEY>){hint}")
+    return problems
+
+
 def _describe(errors: list[Any]) -> str:
     lines = []
     for err in errors:
@@ -308,6 +368,8 @@ def _describe(errors: list[Any]) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+            if nearest := _nearest(key):
+                msg += f"; did you mean {nearest}?"
         elif (
             "input" in err
             and not isinstance(err["input"], dict | list)
@@ -315,6 +377,8 @@ def _describe(errors: list[Any]) -> str:
         ):
             got = err["input"]
             msg = f"{msg} (got {mask_secrets(got) if isinstance(got, str) else got!r})"
+        if (var := _from_env(key)) is not None:
+            key = f"{var} ({key})"
         lines.append(f"{key}: {msg}")
     return "; ".join(lines)
 
@@ -337,6 +401,8 @@ def load_settings(path: Path | None = None) -> Settings:
     # (``_env_file``, ``_secrets_dir``, ``_cli_parse_args``), not as a setting.
     if odd := sorted(key for key in data if key.startswith("_")):
         raise ConfigError(f"{where}: {odd[0]}: unknown key")
+    if mistyped := mistyped_variables():
+        raise ConfigError(f"environment: {'; '.join(mistyped)}")
     try:
         return Settings(**data)
     except pydantic.ValidationError as exc:

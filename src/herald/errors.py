@@ -33,12 +33,21 @@ class HeraldError(Exception):
         if status is not None:
             cls.status = status
 
-    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        code: str | None = None,
+        also: tuple[HeraldError, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         if code is not None:
             self.code = code
+        self.also = also
+        """Further problems of the same input (other fields), reported beside this one."""
 
 
 class ConfigError(HeraldError, code="config_invalid"):
@@ -71,3 +80,108 @@ class CryptoError(HeraldError, code="decryption_failed"):
 
 class EgressDenied(HeraldError, OSError, code="egress_denied", type="request"):
     """A webhook target resolves to an address Herald may not connect to."""
+
+
+# What to do about each error, by code; by HTTP status for a code not listed. The API
+# sends it as each error's ``resolution`` and the CLI prints it as a hint.
+# tests/unit/test_errors.py fails on a code raised anywhere in Herald without one.
+_RESOLUTION_BY_STATUS = {
+    400: "Fix the request as the message says.",
+    401: "Send 'Authorization: Bearer sk_live_…' with a valid API key.",
+    404: "Check the id; objects of other tenants are not visible.",
+    409: "The object's current state does not allow this; check its status first.",
+    422: "Correct the value of the named field.",
+    500: "Retry later; if it persists, report the request_id.",
+}
+_RESOLUTION_BY_CODE = {
+    # The request as a whole.
+    "invalid_request": "Fix the request as the message says.",
+    "invalid_json": "Send a body that is one well-formed JSON value.",
+    "invalid_encoding": "Encode the body as UTF-8.",
+    "invalid_character": "Leave NUL characters out of every string.",
+    "duplicate_key": "Give each key once per JSON object.",
+    "json_too_deep": "Nest arrays and objects less deeply.",
+    "body_required": "Send a JSON body with the documented fields.",
+    "content_type_invalid": "Send the body with 'Content-Type: application/json'.",
+    "payload_too_large": "Send a smaller body (api.max_body_bytes).",
+    "request_timeout": "Send the whole body right after the headers, or a smaller one.",
+    "request_line_invalid": "Send a well-formed HTTP/1.1 request line.",
+    "header_invalid": "Send well-formed HTTP headers.",
+    "header_too_large": "Send shorter headers.",
+    "too_many_headers": "Send fewer headers.",
+    "invalid_http": "Send a well-formed HTTP/1.1 request.",
+    "too_many_connections": "Retry later, after the number of seconds in Retry-After.",
+    "method_not_allowed": "Use one of the methods in the Allow header.",
+    "endpoint_not_found": "Check the path against the API reference (docs/openapi.json).",
+    # Authentication and limits.
+    "unauthorized": "Send 'Authorization: Bearer sk_live_…' with a valid API key.",
+    "auth_missing": "Send 'Authorization: Bearer sk_live_…' with an API key.",
+    "auth_invalid_key": "Check the key: it is unknown, revoked or mistyped.",
+    "rate_limit_exceeded": "Wait for the number of seconds in Retry-After before retrying.",
+    "idempotency_key_invalid": "Send an Idempotency-Key of 1 to 255 printable characters.",
+    "idempotency_key_reused": "Use a new Idempotency-Key for a different request body.",
+    "idempotency_key_in_use": "Wait for the first request with this key to finish, then retry.",
+    # Fields and query parameters.
+    "validation_error": "Correct the value of the named field.",
+    "field_required": "Add the named field.",
+    "unknown_field": "Remove the named field; see the API reference for the fields.",
+    "invalid_type": "Send the named field with the documented JSON type.",
+    "invalid_value": "Correct the value of the named field.",
+    "too_long": "Shorten the named field.",
+    "too_many_items": "Send fewer items in the named field.",
+    "unknown_parameter": "Remove the named query parameter; see the API reference.",
+    "limit_invalid": "Ask for a limit from 1 to the maximum the message names.",
+    "cursor_invalid": "Restart from the first page without a cursor.",
+    "timestamp_invalid": "Give an RFC 3339 time (2026-11-25T10:00:00Z) or a duration ago (2h).",
+    "status_invalid": "Use one of the statuses the message lists.",
+    "name_invalid": "Give a name of printable characters within the length limit.",
+    "events_invalid": "Subscribe with fewer patterns, each an event type or ending in '*'.",
+    "events_empty": "Subscribe to at least one event type or pattern ('*' for all).",
+    "event_pattern_invalid": "Write a pattern as an event type, optionally ending in '*'.",
+    "event_type_invalid": "Use dot-separated lowercase words, e.g. order.paid.",
+    "event_id_invalid": "Use an id of printable characters within the length limit.",
+    "data_invalid": "Send data as a JSON object.",
+    # Destinations.
+    "destination_type_unknown": "Use one of the destination types the message lists.",
+    "type_immutable": "Create a new destination of the other type, then delete this one.",
+    "url_invalid": "Give an absolute URL with a host (https://…).",
+    "url_not_allowed": (
+        "Point it at a public address, or let the operator allow the network with"
+        " security.allowed_networks in the config that the daemon and the CLI read."
+    ),
+    "url_unresolvable": "Check the host name; it must resolve in the daemon's DNS.",
+    "egress_denied": (
+        "Point it at a public address, or allow the network with security.allowed_networks"
+        " in the config that the daemon and the CLI read."
+    ),
+    "credentials_required": (
+        "Give the destination its own credentials, or have the operator list the tenant"
+        " in security.ambient_credentials_tenants."
+    ),
+    "secret_invalid": "Give whsec_ followed by standard base64 of a random key, or omit it.",
+    "secret_not_supported": "Only webhook destinations have a signing secret.",
+    "destination_not_found": "Check the id; destinations of other tenants are not visible.",
+    "destination_deleted": "Create a new destination; a deleted one cannot change.",
+    "destination_not_active": "Wait for verification or set status to active first.",
+    "destination_not_verified": "Wait for the verification ping to succeed, or POST …/verify.",
+    "concurrent_update": "Retry the request.",
+    # Events and deliveries.
+    "event_not_found": "Check the id; events of other tenants are not visible.",
+    "event_exists": "Use a new event id; ids are unique per tenant.",
+    "delivery_not_found": "Check the id; deliveries of other tenants are not visible.",
+    "delivery_not_retryable": "Only event deliveries can be retried; re-verify a destination.",
+    "not_found": "Check the id; objects of other tenants are not visible.",
+    "conflict": "The object's current state does not allow this; check its status first.",
+    # The daemon's own trouble.
+    "internal_error": "Retry later; if it persists, report the request_id.",
+    "storage_error": "Retry later; the database is unavailable or failing.",
+    "storage_unavailable": "Retry later; the database is unavailable.",
+    "decryption_failed": "Start Herald with the encryption key the credentials were stored with.",
+    "config_invalid": "Fix the named setting in the config file or HERALD_… environment.",
+    "usage": "See the command's --help.",
+}
+
+
+def resolution(code: str, status: int = 0) -> str:
+    """What to do about an error ``code`` (answered with HTTP ``status``)."""
+    return _RESOLUTION_BY_CODE.get(code) or _RESOLUTION_BY_STATUS.get(status, "")

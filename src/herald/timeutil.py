@@ -141,6 +141,23 @@ def parse_timestamp(value: str) -> Instant:
     return Instant(text, epoch)
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])", re.ASCII)
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(value: str, *, now: float | None = None) -> float:
+    """A time as the CLI and the API take it, as epoch seconds: an RFC 3339 timestamp,
+    or a duration ago such as ``90s``, ``15m``, ``2h``, ``7d``. Raises ValueError."""
+    if m := _DURATION.fullmatch(value):
+        return (time.time() if now is None else now) - float(m[1]) * _UNITS[m[2]]
+    try:
+        return parse_timestamp(value).epoch
+    except ValueError as exc:
+        raise ValueError(
+            f"{_shown(value)} is neither an RFC 3339 timestamp nor a duration like 2h"
+        ) from exc
+
+
 def now() -> float:
     """Current time in epoch seconds."""
     return time.time()

@@ -528,8 +528,9 @@ async def test_a_read_only_database_at_start_is_a_clear_error(
                 proc = await h.acli(command, check=False)
                 assert proc.returncode == 1, (command, proc.stderr)
                 lines = proc.stderr.strip().splitlines()
-                assert len(lines) == 1, (command, proc.stderr)
+                assert len(lines) == 2, (command, proc.stderr)  # the error and a hint
                 assert lines[0].startswith("herald: error: "), lines
+                assert lines[1].startswith("herald: hint: "), lines
                 assert cause in lines[0].lower(), lines
         finally:
             if disk is not None:

@@ -521,8 +521,9 @@ async def test_a_bad_config_is_one_clear_message_and_exit_2(tmp_path: Path) -> N
         lines = err.strip().splitlines()
         if (
             code == 2
-            and len(lines) == 1  # one message, no traceback
+            and len(lines) == 2  # one message and what to do, no traceback
             and lines[0].startswith("herald: error: ")
+            and lines[1].startswith("herald: hint: ")
             and needle in lines[0]
             and KEY_LOOKALIKE not in err
         ):
@@ -548,13 +549,16 @@ def test_a_missing_config_file_is_exit_2(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2
-    assert (
-        proc.stderr.strip() == f"herald: error: config file {tmp_path / 'nope.toml'} does not exist"
-    )
+    error, hint = proc.stderr.strip().splitlines()
+    assert error == f"herald: error: config file {tmp_path / 'nope.toml'} does not exist"
+    assert hint.startswith("herald: hint: ")
 
 
 async def test_env_overrides_are_validated_like_the_file(tmp_path: Path) -> None:
     env = {"HERALD_DELIVERY__MAX_RETRIES": "many", "PATH": os.environ.get("PATH", "")}
     code, err = await _herald("check-config", cwd=tmp_path, env=env)
     assert code == 2
-    assert err.startswith("herald: error: config: delivery.max_retries"), err
+    # The message names the variable the value came from, and the key it sets.
+    assert err.startswith(
+        "herald: error: config: HERALD_DELIVERY__MAX_RETRIES (delivery.max_retries)"
+    ), err

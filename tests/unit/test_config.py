@@ -206,3 +206,38 @@ def test_a_rejected_url_is_echoed_without_its_password(tmp_path: Path) -> None:
         load_settings(path)
     assert "My-S3cret" not in err.value.message
     assert "database.url" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("var", "meant"),
+    [
+        ("HERALD_DELIVERY_MAX_RETRIES", "HERALD_DELIVERY__MAX_RETRIES"),  # one underscore
+        ("HERALD_DATABASE_URL", "HERALD_DATABASE__URL"),
+        ("herald_api__listn", "HERALD_API__LISTEN"),
+    ],
+)
+def test_a_mistyped_environment_variable_is_an_error_that_says_what_was_meant(
+    monkeypatch: pytest.MonkeyPatch, var: str, meant: str
+) -> None:
+    monkeypatch.setenv(var, "3")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert var in caught.value.message
+    assert f"did you mean {meant}?" in caught.value.message
+
+
+def test_other_herald_variables_are_left_alone() -> None:
+    env = {"HERALD_REQUIRE_SERVICES": "1", "HERALD_BENCH_POSTGRES": "x", "HERALD_API": "{}"}
+    assert config.mistyped_variables(env) == []
+    assert config.mistyped_variables({"HERALD_LOG__LEVEL": "debug"}) == []
+
+
+def test_an_unknown_key_in_the_file_suggests_the_nearest(tmp_path: Path) -> None:
+    path = tmp_path / "herald.toml"
+    path.write_text("[delivery]\nmax_retrys = 3\n[relais]\nbatch_size = 1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert "delivery.max_retrys: unknown key; did you mean delivery.max_retries?" in (
+        caught.value.message
+    )
+    assert "relais: unknown key; did you mean relay?" in caught.value.message

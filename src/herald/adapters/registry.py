@@ -76,20 +76,28 @@ class Registry:
         try:
             return model.model_validate(dict(raw))
         except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            name = f"{type_name}.{loc}" if loc else type_name
-            if err["type"] == "missing":
-                msg = f"{name} is required"
-            elif err["type"] == "extra_forbidden":
-                msg = f"{name} is not a field of {canonical} destinations"
-            else:
-                msg = f"{name}: {err['msg'].removeprefix('Value error, ')}"
-            code = "field_required" if err["type"] == "missing" else "invalid_value"
-            if err["type"] == "extra_forbidden":
-                code = "unknown_field"
-            raise ValidationError(msg, field=name, code=code) from exc
+            # Every field's problem at once (one per field), the first leading.
+            problems: dict[str, ValidationError] = {}
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                name = f"{type_name}.{loc}" if loc else type_name
+                if name not in problems:
+                    problems[name] = _config_problem(name, canonical, err)
+            first, *rest = problems.values()
+            first.also = tuple(rest)
+            raise first from exc
 
     async def close(self) -> None:
         for adapter in self._adapters.values():
             await adapter.close()
+
+
+def _config_problem(name: str, canonical: str, err: Any) -> ValidationError:
+    if err["type"] == "missing":
+        return ValidationError(f"{name} is required", field=name, code="field_required")
+    if err["type"] == "extra_forbidden":
+        return ValidationError(
+            f"{name} is not a field of {canonical} destinations", field=name, code="unknown_field"
+        )
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return ValidationError(f"{name}: {msg}", field=name, code="invalid_value")

@@ -6,7 +6,14 @@ from typing import Any
 
 import pydantic
 
-from herald.errors import BadRequest, CryptoError, HeraldError, StorageError, ValidationError
+from herald.errors import (
+    BadRequest,
+    CryptoError,
+    HeraldError,
+    StorageError,
+    ValidationError,
+    resolution,
+)
 
 
 class Unauthorized(HeraldError, code="unauthorized", type="auth", status=401):
@@ -29,28 +36,6 @@ class Unavailable(HeraldError, code="too_many_connections", type="api_error", st
     """The server holds api.max_connections connections already."""
 
 
-_RESOLUTION = {
-    400: "Fix the request so that it is well-formed JSON with the documented fields and types.",
-    401: "Send 'Authorization: Bearer sk_live_…' with a valid API key.",
-    404: "Check the id; objects of other tenants are not visible.",
-    405: "Use one of the methods in the Allow header.",
-    408: "Send the whole body right after the headers, or a smaller one.",
-    409: "The object's current state does not allow this; check its status first.",
-    413: "Send a smaller body.",
-    422: "Correct the value of the named field.",
-    429: "Wait for the number of seconds in Retry-After before retrying.",
-    500: "Retry later; if it persists, report the request_id.",
-    503: "Retry later, after the number of seconds in Retry-After.",
-}
-_RESOLUTION_BY_CODE = {
-    "cursor_invalid": "Restart from the first page without a cursor.",
-    "idempotency_key_reused": "Use a new Idempotency-Key for a different request body.",
-    "idempotency_key_in_use": "Wait for the first request with this key to finish, then retry.",
-    "destination_not_active": "Wait for verification or set status to active first.",
-    "destination_not_verified": "Wait for the verification ping to succeed, or POST …/verify.",
-}
-
-
 def error_body(exc: HeraldError, request_id: str, status: int | None = None) -> dict[str, Any]:
     status = status or exc.status
     code, message = exc.code, exc.message
@@ -61,15 +46,22 @@ def error_body(exc: HeraldError, request_id: str, status: int | None = None) -> 
             code, message = "storage_unavailable", "the database is unavailable"
         elif isinstance(exc, CryptoError):
             code, message = "decryption_failed", "stored credentials cannot be decrypted"
+    items = [_item(exc.type if status != 500 else "api_error", code, message, exc.field, status)]
+    if status != 500:
+        items += [_item(e.type, e.code, e.message, e.field, status) for e in exc.also]
+    return {"errors": items, "request_id": request_id}
+
+
+def _item(type_: str, code: str, message: str, field: str | None, status: int) -> dict[str, Any]:
     item: dict[str, Any] = {
-        "type": exc.type if status != 500 else "api_error",
+        "type": type_,
         "code": code,
         "message": message,
-        "resolution": _RESOLUTION_BY_CODE.get(code, _RESOLUTION.get(status, "")),
+        "resolution": resolution(code, status),
     }
-    if exc.field:
-        item["field"] = exc.field
-    return {"errors": [item], "request_id": request_id}
+    if field:
+        item["field"] = field
+    return item
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -87,7 +79,22 @@ _MALFORMED = {"extra_forbidden", "model_type", "model_attributes_type", "dict_ty
 
 
 def from_pydantic(exc: pydantic.ValidationError) -> HeraldError:
-    err = exc.errors()[0]
+    """Every problem pydantic found, one per field: the first malformed one (400) leads
+    if there is one, else the first invalid value (422); the rest ride in ``also``."""
+    problems: list[HeraldError] = []
+    fields: set[str | None] = set()
+    for err in exc.errors():
+        problem = _problem(err)
+        if problem.field not in fields:  # one per field: a union reports each branch
+            fields.add(problem.field)
+            problems.append(problem)
+    problems.sort(key=lambda p: not isinstance(p, BadRequest))
+    first, *rest = problems
+    first.also = tuple(rest)
+    return first
+
+
+def _problem(err: Any) -> HeraldError:
     field = _loc(tuple(err["loc"])) or None
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")

@@ -257,8 +257,8 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         *_PAGING,
         _q("status", "filter", {"enum": list(DELIVERY_STATUSES)}),
         _q("event_type", "filter"),
-        _q("since", "created at or after (RFC 3339)"),
-        _q("until", "created before (RFC 3339)"),
+        _q("since", "created at or after: RFC 3339, or a duration ago such as 2h"),
+        _q("until", "created before: RFC 3339, or a duration ago such as 2h"),
     )
     dest_deliveries = f"{dest}/event-deliveries"
     return [

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from herald.api.errors import from_pydantic
 from herald.api.jsonbody import parse_body
 from herald.errors import BadRequest, ValidationError
-from herald.timeutil import parse_timestamp
+from herald.timeutil import parse_when
 
 JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -73,12 +73,13 @@ def status_param(query: Mapping[str, str], enum: type[E], choices: tuple[str, ..
 
 
 def timestamp_param(source: Mapping[str, str] | BaseModel, name: str) -> float | None:
-    """An RFC 3339 time from the query or from a parsed body, as epoch seconds."""
+    """A time from the query or from a parsed body, as epoch seconds: RFC 3339 or a
+    duration ago (``2h``), as the CLI takes it."""
     raw = source.get(name) if isinstance(source, Mapping) else getattr(source, name)
     if raw is None:
         return None
     try:
-        return parse_timestamp(raw).epoch
+        return parse_when(raw)
     except ValueError as exc:
         raise ValidationError(str(exc), field=name, code="timestamp_invalid") from exc
 

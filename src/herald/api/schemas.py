@@ -115,8 +115,12 @@ class Health(_Open):
 # --- requests -------------------------------------------------------------------
 class ReplayRequest(_Strict):
     status: Literal["success", "failure", "pending"] | None = None
-    since: str | None = Field(default=None, description="RFC 3339; created at or after")
-    until: str | None = Field(default=None, description="RFC 3339; created before")
+    since: str | None = Field(
+        default=None, description="RFC 3339 or a duration ago (2h); created at or after"
+    )
+    until: str | None = Field(
+        default=None, description="RFC 3339 or a duration ago (2h); created before"
+    )
     event_types: Annotated[list[_EventType], _documented(maxItems=MAX_EVENT_TYPES)] | None = None
     dry_run: bool = False
 

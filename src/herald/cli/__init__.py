@@ -19,7 +19,7 @@ from herald.cli.output import visible
 from herald.cli.parser import build_parser
 from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
 from herald.config import Settings, load_settings
-from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError
+from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, resolution
 from herald.logs import configure as configure_logs
 
 __all__ = ["build_parser", "main"]
@@ -37,8 +37,12 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
 }
 
 
-def _die(message: str, code: int) -> NoReturn:
-    print(f"herald: error: {visible(message)}", file=sys.stderr)
+def _die(exc: HeraldError, code: int) -> NoReturn:
+    """Every problem of the input, one line each, then what to do about the first."""
+    for problem in (exc, *exc.also):
+        print(f"herald: error: {visible(_with_field(problem))}", file=sys.stderr)
+    if hint := resolution(exc.code, exc.status):
+        print(f"herald: hint: {hint}", file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -55,9 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logs(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
         return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
     except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
-        _die(_with_field(exc), EXIT_USAGE)
+        _die(exc, EXIT_USAGE)
     except HeraldError as exc:
-        _die(_with_field(exc), EXIT_FAILED)
+        _die(exc, EXIT_FAILED)
     except KeyboardInterrupt:
         return 130
 

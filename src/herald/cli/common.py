@@ -6,21 +6,17 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from herald import timeutil
 from herald.errors import BadRequest, HeraldError
 from herald.model import DeliveryFilter, DeliveryStatus
-from herald.timeutil import parse_timestamp
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class UsageError(HeraldError, code="usage"):
@@ -28,13 +24,11 @@ class UsageError(HeraldError, code="usage"):
 
 
 def parse_when(value: str) -> float:
-    """An ISO 8601 timestamp, or a duration ago such as ``15m``, ``2h``, ``7d``."""
-    if m := _DURATION.match(value):
-        return time.time() - float(m.group(1)) * _UNITS[m.group(2)]
+    """``--since``/``--until``: :func:`herald.timeutil.parse_when`, as a usage error."""
     try:
-        return parse_timestamp(value).epoch
+        return timeutil.parse_when(value)
     except ValueError as exc:
-        raise UsageError(f"{value!r} is neither a timestamp nor a duration like 2h") from exc
+        raise UsageError(str(exc)) from exc
 
 
 def read_body(value: str) -> Any:
