@@ -127,7 +127,8 @@ def parse_key(text: str) -> bytes:
     return key
 
 
-def _read_key_file(path: pathlib.Path) -> bytes:
+def read_key_file(path: pathlib.Path) -> bytes:
+    """The key in an existing key file; ConfigError naming the file if it is unusable."""
     try:
         text = path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError) as exc:
@@ -146,7 +147,7 @@ def load_or_create_key_file(path: pathlib.Path) -> bytes:
     nothing or the whole key; the loser of the race uses the winner's key.
     """
     if path.exists():
-        return _read_key_file(path)
+        return read_key_file(path)
     text = generate_key()
     data = (text + "\n").encode("ascii")
     try:
@@ -155,7 +156,7 @@ def load_or_create_key_file(path: pathlib.Path) -> bytes:
     except OSError as exc:
         raise ConfigError(f"cannot create key file {path}: {exc}", field=KEY_FIELD) from None
     if not created:
-        return _read_key_file(path)
+        return read_key_file(path)
     return parse_key(text)
 
 

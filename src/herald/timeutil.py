@@ -158,6 +158,19 @@ def parse_when(value: str, *, now: float | None = None) -> float:
         ) from exc
 
 
+def format_span(seconds: float) -> str:
+    """A duration the way people write it: ``45s``, ``8m``, ``1h4m``, ``2d3h``."""
+    total = round(seconds)
+    if total < 60:
+        return f"{seconds:g}s" if seconds < 1 else f"{total}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, total = divmod(total, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts[:2])
+
+
 def now() -> float:
     """Current time in epoch seconds."""
     return time.time()

@@ -184,7 +184,8 @@ def test_check_config_prints_no_password(
     path = write(
         tmp_path,
         '[database]\nurl = "postgresql://herald:Pg-S3cret@db.internal:5432/herald"\n'
-        '[delivery]\nwebhook_proxy = "http://squid:Pr0xy-S3cret@proxy.internal:3128"\n',
+        '[delivery]\nwebhook_proxy = "http://squid:Pr0xy-S3cret@proxy.internal:3128"\n'
+        f'[security]\nencryption_key_file = "{tmp_path}/herald.key"\n',
     )
     assert main(path) == 0
     out = capsys.readouterr().out

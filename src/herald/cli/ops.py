@@ -10,7 +10,7 @@ import time
 from herald.cli.common import EXIT_OK, delivery_filter, os_user
 from herald.cli.output import print_json, table, visible
 from herald.config import Settings, masked
-from herald.timeutil import format_epoch
+from herald.timeutil import format_epoch, format_span
 from herald.views import delivery_view
 
 
@@ -24,7 +24,39 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
+    """Every start-up check of ``run`` (and with ``--check-db`` the database), the
+    effective config with secrets masked, the retry schedule, and a verdict."""
+    from herald.wiring import preflight
+
+    found = await preflight(settings, check_db=getattr(args, "check_db", False))
+    verdict = "OK: herald run would start with this configuration"
+    if getattr(args, "json", False):
+        print_json(
+            {
+                "config": masked(settings),
+                "encryption_key": found.key,
+                "retry_schedule_seconds": found.retry_schedule,
+                "listen": found.listen,
+                "database": found.database,
+                "ok": True,
+            }
+        )
+        return EXIT_OK
+    schedule = found.retry_schedule
     print_json(masked(settings))
+    print()
+    print(f"encryption key: {found.key}")
+    print(
+        f"retry schedule: {len(schedule)} retries after "
+        + ", ".join(format_span(s) for s in schedule)
+        + f" ({format_span(sum(schedule))} from the first attempt to the last)"
+        if schedule
+        else "retry schedule: no retries (delivery.max_retries = 0)"
+    )
+    print(f"api.listen: {found.listen}")
+    if found.database is not None:
+        print(f"database: {found.database}")
+    print(verdict)
     return EXIT_OK
 
 

@@ -28,7 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
     # Started by `herald run` when delivery.worker_processes > 1; not for direct use.
     sub.add_parser("worker", parents=[common], help="(internal) an attempt process of `herald run`")
     sub.add_parser("migrate", parents=[common], help="create or upgrade the schema and exit")
-    sub.add_parser("check-config", parents=[common], help="validate and print the effective config")
+    check = sub.add_parser(
+        "check-config",
+        parents=[common],
+        help="run every start-up check of `run` and print the effective config",
+        description=(
+            "Validate the config file and HERALD_… environment as `herald run` would, print"
+            " the effective config (secrets masked), where the encryption key comes from,"
+            " the retry schedule and a verdict. Changes nothing. Exit status 2 on a"
+            " config error, 1 when --check-db cannot reach the database."
+        ),
+        epilog="example: herald check-config --config /etc/herald/herald.toml --check-db",
+    )
+    check.add_argument(
+        "--check-db",
+        action="store_true",
+        help="also connect to the database and compare its schema with this version's",
+    )
+    check.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
     emit = sub.add_parser("emit", parents=[scoped], help="write one event into the outbox")
     emit.add_argument("type")

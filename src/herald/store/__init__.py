@@ -27,4 +27,18 @@ def make_store(settings: Settings, box: SecretBox) -> Store:
     return PostgresStore(settings.database.url, box=box, pool_size=settings.database.pool_size)
 
 
-__all__ = ["Store", "make_store"]
+async def applied_migrations(settings: Settings) -> set[int] | None:
+    """The migrations the configured database has, changing nothing: None when it does
+    not exist yet (a SQLite file ``herald run`` would create). Raises StorageError
+    when it cannot be reached."""
+    path = settings.database.sqlite_path
+    if path is not None:
+        from herald.store.sqlite import applied_migrations as sqlite_applied
+
+        return await sqlite_applied(path)
+    from herald.store.postgres import applied_migrations as postgres_applied
+
+    return await postgres_applied(settings.database.url)
+
+
+__all__ = ["Store", "applied_migrations", "make_store"]

@@ -25,6 +25,7 @@ from herald.model import AttemptRecord, OutboxRow
 from herald.retry import retry_storage
 from herald.store.base import load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
+from herald.store.queries import load_queries
 from herald.store.sqlstore import SQLStore, check_migrations
 
 log = structlog.get_logger("herald.store")
@@ -47,6 +48,10 @@ _DB_ERRORS = (
     OSError,
     asyncio.TimeoutError,
 )
+
+
+# How long `herald check-config --check-db` waits for PostgreSQL to answer.
+CHECK_TIMEOUT_SECONDS = 5.0
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -325,3 +330,16 @@ class PostgresStore(SQLStore[PostgresDialect]):
     @property
     def pool(self) -> asyncpg.Pool:
         return self.dialect.pool
+
+
+async def applied_migrations(dsn: str) -> set[int]:
+    """The migration versions the database at ``dsn`` has, read-only; a bounded connect."""
+    with _storage_errors():
+        conn = await asyncpg.connect(dsn, timeout=CHECK_TIMEOUT_SECONDS)
+        try:
+            if await conn.fetchval("SELECT to_regclass('herald_schema_migrations')") is None:
+                return set()
+            rows = await conn.fetch(load_queries("postgres")["migrations_done"])
+            return {row[0] for row in rows}
+        finally:
+            await conn.close()

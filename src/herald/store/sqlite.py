@@ -25,6 +25,7 @@ from herald.errors import StorageError
 from herald.model import AttemptRecord, OutboxRow
 from herald.store.base import load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
+from herald.store.queries import load_queries
 from herald.store.sqlstore import SQLStore, check_migrations
 from herald.timeutil import parse_timestamp
 
@@ -404,3 +405,26 @@ def _split_sql(script: str) -> list[str]:
     sqlite3 runs one statement per call, and executescript would commit our transaction."""
     lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+async def applied_migrations(path: Path) -> set[int] | None:
+    """The migration versions the file at ``path`` has (None: no file yet), read-only."""
+
+    def read() -> set[int] | None:
+        if not path.exists():
+            return None
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'herald_schema_migrations'"
+            ).fetchone()
+            if not exists:
+                return set()
+            return {row[0] for row in conn.execute(load_queries("sqlite")["migrations_done"])}
+        finally:
+            conn.close()
+
+    try:
+        return await asyncio.to_thread(read)
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot read SQLite database {path}: {exc}") from exc
