@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
+import argcomplete
+
 from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
 from herald.cli.keys import cmd_keys
@@ -48,6 +50,9 @@ def _die(exc: HeraldError, code: int) -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    # Shell completion: answers and exits when the shell asks (_ARGCOMPLETE is set);
+    # otherwise it does nothing. Enable with: eval "$(register-python-argcomplete herald)"
+    argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     try:
         settings = load_settings(args.config)

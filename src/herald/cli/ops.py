@@ -63,7 +63,7 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
-    flt = delivery_filter(args, tenant=args.tenant)
+    flt = delivery_filter(args, tenant=None if args.all_tenants else args.tenant)
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty():
@@ -107,7 +107,9 @@ async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
     async with components(settings) as comp:
-        rows = await comp.store.list_rejected(limit=args.limit)
+        rows = await comp.store.list_rejected(
+            limit=args.limit, tenant_id=None if args.all_tenants else args.tenant
+        )
     if args.json:
         print_json({"object": "list", "data": rows})
         return EXIT_OK

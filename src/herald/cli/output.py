@@ -60,9 +60,11 @@ def dest_rows(views: list[dict[str, Any]]) -> None:
     )
 
 
-def print_delivery(v: dict[str, Any]) -> None:
+def print_delivery(v: dict[str, Any], event: dict[str, Any] | None = None) -> None:
+    """One delivery for people: its fields, the event it carries, every attempt in full."""
     for key in (
         "id",
+        "tenant_id",
         "event_id",
         "event_type",
         "destination_id",
@@ -71,21 +73,35 @@ def print_delivery(v: dict[str, Any]) -> None:
         "next_attempt_at",
         "created_at",
     ):
-        print(f"{key:16} {visible(str(v[key])) if v[key] is not None else '-'}")
+        if key in v:
+            print(f"{key:16} {visible(str(v[key])) if v[key] is not None else '-'}")
+    if event is not None:
+        print("\nevent:")
+        text = orjson.dumps(event, option=orjson.OPT_INDENT_2).decode()
+        for line in text.splitlines():
+            print(f"  {visible(line)}")
     attempts = v.get("attempts") or []
     if attempts:
-        print()
-        table(
-            [
-                (
-                    a["number"],
-                    short_ts(a["started_at"]),
-                    a["duration_ms"],
-                    a["outcome"],
-                    a["response_status"],
-                    visible(a["error"] or "")[:60],
-                )
-                for a in attempts
-            ],
-            ("attempt", "started", "ms", "outcome", "status", "error"),
+        print("\nattempts:")
+    for a in attempts:
+        status = f"HTTP {a['response_status']}" if a["response_status"] is not None else ""
+        print(
+            f"  #{a['number']}  {short_ts(a['started_at'])}  {a['duration_ms']} ms"
+            f"  {a['outcome']}  {status}".rstrip()
         )
+        if a["error"]:
+            print(f"      error:    {visible(a['error'])}")
+        if a["response_excerpt"]:
+            print(f"      response: {visible(a['response_excerpt'])}")
+
+
+def print_destination(v: dict[str, Any]) -> None:
+    """One destination for people: every field, the type's config with secrets masked."""
+    for key in ("id", "name", "type", "status", "events", "created_at", "updated_at"):
+        value = ", ".join(v[key]) if key == "events" else v[key]
+        print(f"{key:12} {visible(str(value))}")
+    if v.get("deleted"):
+        print(f"{'deleted_at':12} {v['deleted_at']}")
+    for field, value in (v.get(v["type"]) or {}).items():
+        shown = value if isinstance(value, str) else orjson.dumps(value).decode()
+        print(f"{v['type'] + '.' + field:12} {visible(shown)}")

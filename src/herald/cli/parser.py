@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
+from typing import Any
 
 from herald import __version__
 from herald.model import DEFAULT_TENANT, DeliveryStatus, DestinationStatus
@@ -19,26 +21,44 @@ def build_parser() -> argparse.ArgumentParser:
         "--tenant", default=DEFAULT_TENANT, help="tenant to act for (default: %(default)s)"
     )
     scoped.add_argument("--json", action="store_true", help="print the API's JSON representation")
+    # Operators' listings may look across tenants.
+    everyone = argparse.ArgumentParser(add_help=False)
+    everyone.add_argument(
+        "--all-tenants", action="store_true", help="every tenant's, not only --tenant's"
+    )
 
-    parser = argparse.ArgumentParser(prog="herald", description="Herald event delivery engine")
+    parser = argparse.ArgumentParser(
+        prog="herald",
+        description="Herald event delivery engine: run the daemon, manage destinations,"
+        " follow deliveries and replay them. Every command takes --config; settings can"
+        " also come from HERALD_<SECTION>__<KEY> environment variables.",
+        epilog="Run 'herald COMMAND --help' for a command's options and an example.",
+    )
     parser.add_argument("--version", action="version", version=f"herald {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    command = functools.partial(_command, sub)
 
-    sub.add_parser("run", parents=[common], help="run the daemon")
-    # Started by `herald run` when delivery.worker_processes > 1; not for direct use.
-    sub.add_parser("worker", parents=[common], help="(internal) an attempt process of `herald run`")
-    sub.add_parser("migrate", parents=[common], help="create or upgrade the schema and exit")
-    check = sub.add_parser(
+    command("run", [common], "run the daemon", ["herald run --config /etc/herald/herald.toml"])
+    # Started by `herald run` when delivery.worker_processes > 1; not for direct use. No
+    # help= at all: that keeps it out of the list (help=SUPPRESS prints "==SUPPRESS==").
+    sub.add_parser("worker", parents=[common])
+    command(
+        "migrate",
+        [common],
+        "create or upgrade the schema and exit (herald run does it too)",
+        ["herald migrate --config /etc/herald/herald.toml"],
+    )
+    check = command(
         "check-config",
-        parents=[common],
-        help="run every start-up check of `run` and print the effective config",
+        [common],
+        "run every start-up check of `run` and print the effective config",
+        ["herald check-config --config /etc/herald/herald.toml --check-db"],
         description=(
             "Validate the config file and HERALD_… environment as `herald run` would, print"
             " the effective config (secrets masked), where the encryption key comes from,"
             " the retry schedule and a verdict. Changes nothing. Exit status 2 on a"
             " config error, 1 when --check-db cannot reach the database."
         ),
-        epilog="example: herald check-config --config /etc/herald/herald.toml --check-db",
     )
     check.add_argument(
         "--check-db",
@@ -47,22 +67,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
-    emit = sub.add_parser("emit", parents=[scoped], help="write one event into the outbox")
-    emit.add_argument("type")
+    emit = command(
+        "emit",
+        [scoped],
+        "write one event into the outbox (as a producer's transaction would)",
+        [
+            'herald emit order.paid --data \'{"order_id": "ord_1"}\'',
+            "herald emit order.paid --data @event.json",
+        ],
+    )
+    emit.add_argument("type", help="the event type, e.g. order.paid")
     emit.add_argument("--data", required=True, help="JSON object, or @file.json")
     emit.add_argument("--id", help="event id (evt_…); generated when absent")
     emit.add_argument("--created-at", help="RFC 3339 timestamp (default: now)")
 
-    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
-    keys.add_parser("create", parents=[scoped], help="print a new sk_live_ key once")
-    keys.add_parser("list", parents=[scoped], help="the tenant's keys (id, last characters)")
-    keys.add_parser(
-        "revoke", parents=[scoped], help="revoke a key: its id from 'keys list', or the key"
-    ).add_argument("key")
-    rot = keys.add_parser(
+    keys = _group(sub, "keys", "API keys: create, list, revoke; rotate the encryption key")
+    command = functools.partial(_command, keys)
+    command(
+        "create", [scoped], "print a new sk_live_ key once", ["herald keys create --tenant acme"]
+    )
+    command("list", [scoped], "the tenant's keys (id, last characters)", ["herald keys list"])
+    command(
+        "revoke",
+        [scoped],
+        "revoke a key: its id from 'keys list', or the key",
+        ["herald keys revoke key_01j…"],
+    ).add_argument("key", help="the key's id (key_…) or the key itself")
+    rot = command(
         "rotate-encryption",
-        parents=[common],
-        help="re-encrypt every destination's credentials under a new encryption key",
+        [common],
+        "re-encrypt every destination's credentials under a new encryption key",
+        ["herald keys rotate-encryption --new-key-file /etc/herald/new.key"],
     )
     new = rot.add_mutually_exclusive_group(required=True)
     new.add_argument(
@@ -75,33 +110,87 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rot.add_argument("--json", action="store_true", help="print the counts as JSON")
 
-    dests = sub.add_parser("destinations", help="event destinations").add_subparsers(
-        dest="action", required=True
+    dests = _group(sub, "destinations", "event destinations: create, list, show, change, test")
+    command = functools.partial(_command, dests)
+    dl = command(
+        "list",
+        [scoped],
+        "the tenant's destinations",
+        ["herald destinations list --status active", "herald destinations list --type aws_sqs"],
     )
-    dl = dests.add_parser("list", parents=[scoped])
-    dl.add_argument("--status", choices=[s.value for s in DestinationStatus])
-    dl.add_argument("--type")
-    dl.add_argument("--limit", type=int, default=100)
-    dc = dests.add_parser("create", parents=[scoped])
+    dl.add_argument(
+        "--status", choices=[s.value for s in DestinationStatus], help="only this status"
+    )
+    dl.add_argument("--type", help="destination type, e.g. webhook")
+    dl.add_argument("--limit", type=int, default=100, help="at most (default: %(default)s)")
+    dc = command(
+        "create",
+        [scoped],
+        "create a destination from the API's JSON body; it starts pending_verification",
+        [
+            'herald destinations create --data \'{"name": "orders", "type": "webhook",'
+            ' "events": ["order.*"], "webhook": {"url": "https://example.com/hooks"}}\'',
+            "herald destinations create --data @destination.json",
+        ],
+    )
     dc.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
-    for action in ("show", "delete", "verify", "test"):
-        dests.add_parser(action, parents=[scoped]).add_argument("id")
-    du = dests.add_parser("update", parents=[scoped])
-    du.add_argument("id")
+    for action, text in (
+        ("show", "the whole destination: target, events, status (credentials masked)"),
+        ("delete", "delete the destination; its pending deliveries end as failure"),
+        ("verify", "send a new verification ping (a destination becomes active on success)"),
+        ("test", "send a test.ping now and show the attempt"),
+    ):
+        command(action, [scoped], text, [f"herald destinations {action} evtd_…"]).add_argument(
+            "id", help="the destination's id (evtd_…)"
+        )
+    du = command(
+        "update",
+        [scoped],
+        "change name, events, status or config (the API's PATCH body)",
+        ['herald destinations update evtd_… --data \'{"status": "inactive"}\''],
+    )
+    du.add_argument("id", help="the destination's id (evtd_…)")
     du.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
-    dr = dests.add_parser("rotate-secret", parents=[scoped])
-    dr.add_argument("id")
+    dr = command(
+        "rotate-secret",
+        [scoped],
+        "a new webhook signing secret, shown once; the old one signs for 24 h more",
+        ["herald destinations rotate-secret evtd_…"],
+    )
+    dr.add_argument("id", help="the destination's id (evtd_…)")
     dr.add_argument("--secret", help="the new whsec_ secret (default: generate one)")
 
-    deliveries = sub.add_parser("deliveries", help="event deliveries").add_subparsers(
-        dest="action", required=True
+    deliveries = _group(sub, "deliveries", "event deliveries: list and show, with their attempts")
+    command = functools.partial(_command, deliveries)
+    dlist = command(
+        "list",
+        [scoped, everyone],
+        "deliveries, newest first, filtered",
+        [
+            "herald deliveries list --status failure --since 1h",
+            "herald deliveries list --all-tenants --destination evtd_…",
+        ],
     )
-    dlist = deliveries.add_parser("list", parents=[scoped])
     _filter_args(dlist)
-    dlist.add_argument("--limit", type=int, default=50)
-    deliveries.add_parser("show", parents=[scoped]).add_argument("id")
+    dlist.add_argument("--limit", type=int, default=50, help="at most (default: %(default)s)")
+    command(
+        "show",
+        [scoped, everyone],
+        "one delivery: the event, every attempt with its full error and response",
+        ["herald deliveries show dlv_…"],
+    ).add_argument("id", help="the delivery's id (dlv_…)")
 
-    replay = sub.add_parser("replay", parents=[scoped], help="re-queue matching deliveries")
+    replay = _command(
+        sub,
+        "replay",
+        [scoped, everyone],
+        "re-queue the deliveries that match the filter, e.g. the last day's failures",
+        [
+            "herald replay --status failure --since 1d --dry-run",
+            "herald replay --status failure --since 1d --all-tenants",
+            "herald replay --delivery dlv_… --delivery dlv_…",
+        ],
+    )
     _filter_args(replay)
     replay.add_argument("--delivery", action="append", help="a delivery id (repeatable)")
     replay.add_argument("--ids-file", help="file with one delivery id per line")
@@ -112,24 +201,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="deliveries made due per second (default: delivery.replay_rate_per_second; 0: all)",
     )
 
-    outbox = sub.add_parser("outbox", help="the outbox").add_subparsers(
-        dest="action", required=True
+    outbox = _group(sub, "outbox", "the outbox: rows the relay could not turn into events")
+    rej = _command(
+        outbox,
+        "rejected",
+        [scoped, everyone],
+        "rows the relay rejected, newest first, with the reason",
+        ["herald outbox rejected --all-tenants --limit 20"],
     )
-    rej = outbox.add_parser(
-        "rejected", parents=[scoped], help="rows the relay rejected, newest first"
-    )
-    rej.add_argument("--limit", type=int, default=50)
+    rej.add_argument("--limit", type=int, default=50, help="at most (default: %(default)s)")
 
-    inst = sub.add_parser(
-        "instances", parents=[common], help="running instances on this database and heartbeats"
+    inst = _command(
+        sub,
+        "instances",
+        [common],
+        "running instances on this database and their heartbeats",
+        ["herald instances --json"],
     )
     inst.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
+def _command(
+    sub: Any,
+    name: str,
+    parents: list[argparse.ArgumentParser],
+    help: str,
+    examples: list[str],
+    *,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """A command with its help line, a description and examples under --help."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        parents=parents,
+        help=help,
+        description=description or help[0].upper() + help[1:] + ".",
+        epilog="example" + ("s" if len(examples) > 1 else "") + ":\n  " + "\n  ".join(examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def _group(sub: Any, name: str, help: str) -> Any:
+    """A command whose actions are sub-commands."""
+    parser = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    return parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
 def _filter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--destination", help="destination id")
-    p.add_argument("--status", choices=[s.value for s in DeliveryStatus])
+    p.add_argument("--status", choices=[s.value for s in DeliveryStatus], help="only this status")
     p.add_argument("--event-type", action="append", help="event type (repeatable)")
     p.add_argument("--since", help="created at or after: timestamp or duration ago (2h)")
     p.add_argument("--until", help="created before: timestamp or duration ago")

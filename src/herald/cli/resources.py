@@ -14,7 +14,14 @@ from herald.cli.common import (
     json_object,
     read_body,
 )
-from herald.cli.output import dest_rows, print_delivery, print_json, short_ts, table
+from herald.cli.output import (
+    dest_rows,
+    print_delivery,
+    print_destination,
+    print_json,
+    short_ts,
+    table,
+)
 from herald.config import Settings
 from herald.model import DeliveryStatus, Destination, DestinationStatus
 from herald.views import delivery_view, destination_view, event_view, list_view
@@ -90,55 +97,73 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             raise UsageError(f"unknown action {action}")
         if args.json:
             print_json(view(dest))
-        else:
-            v = view(dest)
-            dest_rows([v])
+            return EXIT_OK
+        v = view(dest)
+        if action == "show":
+            print_destination(v)
+            return EXIT_OK
+        dest_rows([v])
+        # Say what changed, on stderr: stdout stays the object.
+        said = {
+            "create": f"created {dest.id}: pending_verification until its verification ping"
+            " succeeds (herald deliveries list --destination " + dest.id + ")",
+            "update": f"updated {dest.id}",
+            "delete": f"deleted {dest.id}; its pending deliveries end as failure",
+            "verify": f"queued a new verification ping for {dest.id}; it is active once the"
+            " ping succeeds",
+        }[action]
+        print(said, file=sys.stderr)
     return EXIT_OK
 
 
 async def cmd_deliveries(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
+    tenant = None if args.all_tenants else args.tenant
     async with components(settings) as comp:
         if args.action == "show":
-            delivery = await comp.service.get_delivery(args.tenant, args.id)
+            delivery = await comp.service.get_delivery(tenant, args.id)
             if args.json:
                 print_json(delivery_view(delivery, with_attempts=True))
-            else:
-                print_delivery(delivery_view(delivery, with_attempts=True))
+                return EXIT_OK
+            event = await comp.service.get_event(delivery.tenant_id, delivery.event_id)
+            shown = delivery_view(delivery, with_attempts=True) | {"tenant_id": delivery.tenant_id}
+            print_delivery(shown, event_view(event))
             return EXIT_OK
         items, has_more = await comp.service.list_deliveries(
-            delivery_filter(args, tenant=args.tenant), limit=args.limit
+            delivery_filter(args, tenant=tenant), limit=args.limit
         )
     views = [delivery_view(d) for d in items]
     if args.json:
         print_json(list_view(views, has_more=has_more, next_cursor=None, request_id="cli"))
         return EXIT_OK
-    table(
-        [
-            (
-                v["id"],
-                v["event_type"],
-                v["destination_id"],
-                v["status"] + (" (held)" if v["held"] and v["status"] == "pending" else ""),
-                v["attempt_count"],
-                (v["last_attempt"] or {}).get("response_status"),
-                short_ts(v["next_attempt_at"]),
-                short_ts(v["created_at"]),
-            )
-            for v in views
-        ],
+    rows: list[tuple[Any, ...]] = [
         (
-            "id",
-            "event type",
-            "destination",
-            "status",
-            "attempts",
-            "last http",
-            "next attempt",
-            "created",
-        ),
+            v["id"],
+            v["event_type"],
+            v["destination_id"],
+            v["status"] + (" (held)" if v["held"] and v["status"] == "pending" else ""),
+            v["attempt_count"],
+            (v["last_attempt"] or {}).get("response_status"),
+            short_ts(v["next_attempt_at"]),
+            short_ts(v["created_at"]),
+        )
+        for v in views
+    ]
+    headers: tuple[str, ...] = (
+        "id",
+        "event type",
+        "destination",
+        "status",
+        "attempts",
+        "last http",
+        "next attempt",
+        "created",
     )
+    if tenant is None:  # every tenant's: say whose
+        rows = [(d.tenant_id, *row) for d, row in zip(items, rows, strict=True)]
+        headers = ("tenant", *headers)
+    table(rows, headers)
     if has_more:
         print(f"(more than {args.limit}; use --limit)", file=sys.stderr)
     return EXIT_OK

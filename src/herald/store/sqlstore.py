@@ -178,8 +178,11 @@ class SQLStore(Generic[D]):
         count, oldest = (await self.dialect.read("outbox_stats", gauges=True))[0]
         return int(count), self.dialect.oldest_epoch(oldest)
 
-    async def list_rejected(self, *, limit: int) -> list[dict[str, object]]:
-        rows = await self.dialect.read("list_rejected", limit)
+    async def list_rejected(
+        self, *, limit: int, tenant_id: str | None = None
+    ) -> list[dict[str, object]]:
+        """Rejected outbox rows, newest first: one tenant's, or (None) every tenant's."""
+        rows = await self.dialect.read("list_rejected", limit, tenant_id)
         return [dict(zip(_REJECTED_KEYS, row, strict=True)) for row in rows]
 
     async def get_outbox_event(self, tenant_id: str, event_id: str) -> Event | None:

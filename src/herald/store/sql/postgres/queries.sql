@@ -94,8 +94,10 @@ SELECT COUNT(*), EXTRACT(EPOCH FROM MIN(created_at) FILTER (WHERE isfinite(creat
 FROM herald_outbox
 
 -- list_rejected --
+-- $2: one tenant's rows (as the row spelled it), or NULL for every tenant's
 SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at
-FROM herald_outbox_rejected ORDER BY seq DESC LIMIT $1
+FROM herald_outbox_rejected WHERE $2::text IS NULL OR tenant_id = $2
+ORDER BY seq DESC LIMIT $1
 
 -- outbox_event --
 SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),

@@ -72,8 +72,10 @@ SELECT COUNT(*), (SELECT CAST(created_at AS BLOB) FROM herald_outbox ORDER BY se
 FROM herald_outbox
 
 -- list_rejected --
+-- ?2: one tenant's rows (as the row spelled it), or NULL for every tenant's
 SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at
-FROM herald_outbox_rejected ORDER BY seq DESC LIMIT ?1
+FROM herald_outbox_rejected WHERE ?2 IS NULL OR tenant_id = ?2
+ORDER BY seq DESC LIMIT ?1
 
 -- outbox_event --
 SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
