@@ -5,9 +5,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= config.example.toml
-# Two workers: the e2e tests mostly wait on daemons and receivers. Tests that
+# Two workers: the e2e tests mostly wait on daemons and receivers (the 30 slowest
+# tests are listed at the end, to keep the suite fast). Tests that
 # bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
-PYTEST_ARGS ?= -n 2 --dist loadgroup -rs
+PYTEST_ARGS ?= -n 2 --dist loadgroup -rs --durations=30
 
 .PHONY: run test lint format bench install dev clean services constraints
 
