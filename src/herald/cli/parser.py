@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     dlist.add_argument("--limit", type=int, default=50)
     deliveries.add_parser("show", parents=[scoped]).add_argument("id")
 
-    replay = sub.add_parser("replay", parents=[scoped], help="re-queue matching deliveries")
+    replay = sub.add_parser(
+        "replay", parents=[scoped], help="re-queue matching deliveries as a replay (rpl_…)"
+    )
     _filter_args(replay)
     replay.add_argument("--delivery", action="append", help="a delivery id (repeatable)")
     replay.add_argument("--ids-file", help="file with one delivery id per line")
@@ -94,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="deliveries made due per second (default: delivery.replay_rate_per_second; 0: all)",
     )
+
+    replays = sub.add_parser("replays", help="replays and their outcome").add_subparsers(
+        dest="action", required=True
+    )
+    rshow = replays.add_parser("show", parents=[scoped], help="a replay and its outcome now")
+    rshow.add_argument("id")
+    rshow.add_argument(
+        "--all-tenants", action="store_true", help="find it in any tenant, or operator-wide"
+    )
+    rlist = replays.add_parser("list", parents=[scoped], help="replays, newest first")
+    rlist.add_argument(
+        "--all-tenants", action="store_true", help="every tenant's, and operator-wide ones"
+    )
+    rlist.add_argument("--limit", type=int, default=50)
 
     outbox = sub.add_parser("outbox", help="the outbox").add_subparsers(
         dest="action", required=True
