@@ -178,3 +178,18 @@ async def test_the_outcome_count_reads_the_replay_index(harness: Harness) -> Non
         details = " ".join(str(row[0]) for row in plan)
         assert "herald_deliveries_replay" in details, details
         assert "Seq Scan" not in details, details
+
+
+async def test_retention_forgets_a_replay_once_no_delivery_carries_it(failed: Failed) -> None:
+    h = failed.h
+    result = await h.service.replay(DeliveryFilter(tenant_id="default"), by="t")
+    assert result.replay is not None
+    await settle(h)
+    h.db.execute("UPDATE herald_replays SET created_at = created_at - 7200")
+    # Older than the cut-off, but its deliveries (finished since) are still there.
+    await h.store.purge(before=time.time() - 3600, limit=1000)
+    assert h.scalar("SELECT COUNT(*) FROM herald_replays") == 1
+    # Once retention has taken them, it goes too.
+    await h.store.purge(before=time.time() + 3600, limit=1000)
+    assert h.scalar("SELECT COUNT(*) FROM herald_deliveries WHERE replay_id IS NOT NULL") == 0
+    assert h.scalar("SELECT COUNT(*) FROM herald_replays") == 0

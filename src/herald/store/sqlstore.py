@@ -635,8 +635,9 @@ class SQLStore(Generic[D]):
 
     async def purge(self, *, before: float, limit: int) -> int:
         """Delete up to ``limit`` finished deliveries last changed before ``before``,
-        with their attempts, then events and rejected rows left without a use;
-        returns how many deliveries went."""
+        with their attempts, then events and rejected rows left without a use, and
+        session tokens expired and replays made before it; returns how many
+        deliveries went."""
         d = self.dialect
         async with d.tx() as c:
             ids = [r[0] for r in await d.fetch(c, "purge_select", before, limit)]
@@ -645,6 +646,7 @@ class SQLStore(Generic[D]):
             await d.purge_deliveries(c, ids, before=before, limit=limit)
             await d.execute(c, "purge_rejected", before, limit)
             await d.execute(c, "purge_tokens", before, limit)
+            await d.execute(c, "purge_replays", before, limit)
             return len(ids)
 
     # --- API keys ---------------------------------------------------------

@@ -447,3 +447,9 @@ UPDATE herald_session_tokens SET revoked_at = $2 WHERE session_hash = $1 AND rev
 -- purge_tokens --
 DELETE FROM herald_session_tokens WHERE id IN (SELECT id FROM herald_session_tokens
   WHERE expires_at < $1 LIMIT $2)
+
+-- purge_replays --
+-- Replays older than the retention's cut-off that no delivery carries any more
+DELETE FROM herald_replays WHERE id IN (SELECT r.id FROM herald_replays r
+  WHERE r.created_at < $1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
+    WHERE d.replay_id = r.id) LIMIT $2)
