@@ -369,6 +369,11 @@ async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
     table = (await h.acli("replays", "show", replay_id)).stdout
     assert "succeeded    5" in table
     assert replay_id in (await h.acli("replays", "list")).stdout
+    hidden = await h.acli("replays", "show", replay_id, "--tenant", "globex", check=False)
+    assert (hidden.returncode, hidden.stdout) == (1, "")
+    assert f"no replay {replay_id}" in hidden.stderr
+    everyone = await h.acli_json("replays", "list", "--all-tenants", "--tenant", "globex")
+    assert [r["id"] for r in everyone["data"]] == [replay_id]
 
     async with open_api(h, "default") as api:
         # An API replay gets an id too, and its deliveries show it.
