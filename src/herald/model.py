@@ -280,3 +280,16 @@ class Replay:
     requeued: int = 0
     finished_at: float | None = None
     outcome: ReplayOutcome = ReplayOutcome()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """What a replay request did: a dry run counts and samples; a real one also has
+    its stored :class:`Replay`."""
+
+    matched: int
+    requeued: int
+    sample: list[Delivery]
+    dry_run: bool
+    replay: Replay | None = None
+    """The stored replay (None for a dry run, which stores nothing)."""

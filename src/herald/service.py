@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -45,6 +45,7 @@ from herald.model import (
     NewDelivery,
     Replay,
     ReplayOutcome,
+    ReplayResult,
 )
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -56,16 +57,6 @@ REPLAY_BATCH = 500
 REPLAY_IDS_KEPT = 100
 
 replay_log = structlog.get_logger("herald.replay")
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
-    matched: int
-    requeued: int
-    sample: list[Delivery]
-    dry_run: bool
-    replay: Replay | None = None
-    """The stored replay (None for a dry run, which stores nothing)."""
 
 
 def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import orjson
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
-from herald.model import Attempt, Delivery, Destination, Event, Replay
+from herald.model import Attempt, Delivery, Destination, Event, Replay, ReplayResult
 from herald.timeutil import format_epoch
 
 
@@ -102,6 +102,20 @@ def replay_view(r: Replay) -> dict[str, Any]:
             "failed": r.outcome.failed,
         },
     }
+
+
+def replay_result_view(result: ReplayResult) -> dict[str, Any]:
+    """A replay request's answer: the stored replay and its sample, or for a dry run
+    (``id`` null) the count and the sample only."""
+    view: dict[str, Any] = {"id": None} if result.replay is None else replay_view(result.replay)
+    view.update(
+        object="replay",
+        dry_run=result.dry_run,
+        matched=result.matched,
+        requeued=result.requeued,
+        sample=[delivery_view(d) for d in result.sample],
+    )
+    return view
 
 
 def list_view(

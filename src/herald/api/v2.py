@@ -52,7 +52,14 @@ from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
 from herald.service import DestinationService
 from herald.timeutil import format_epoch
 from herald.tokens import IssuedToken, Tokens
-from herald.views import delivery_view, destination_view, event_view, list_view, replay_view
+from herald.views import (
+    delivery_view,
+    destination_view,
+    event_view,
+    list_view,
+    replay_result_view,
+    replay_view,
+)
 
 log = structlog.get_logger("herald.api")
 
@@ -559,17 +566,7 @@ class Api:
             rate_per_second=self.settings.delivery.replay_rate_per_second or None,
         )
         self.wake()
-        view: dict[str, Any] = {"id": None}
-        if result.replay is not None:
-            view = replay_view(result.replay)
-        view.update(
-            object="replay",
-            dry_run=result.dry_run,
-            matched=result.matched,
-            requeued=result.requeued,
-            sample=[delivery_view(d) for d in result.sample],
-            request_id=request[REQUEST_ID],
-        )
+        view = {**replay_result_view(result), "request_id": request[REQUEST_ID]}
         return self._respond(schemas.ReplayResult, view, status=200 if body.dry_run else 202)
 
     async def get_replay(self, request: web.Request) -> web.StreamResponse:

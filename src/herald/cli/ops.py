@@ -12,7 +12,7 @@ from herald.cli.common import EXIT_OK, delivery_filter, os_user
 from herald.cli.output import print_json, short_ts, table, visible
 from herald.config import Settings, masked
 from herald.timeutil import format_epoch
-from herald.views import delivery_view, list_view, replay_view
+from herald.views import list_view, replay_result_view, replay_view
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -53,17 +53,7 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.dry_run and result.matched:
         sys.stderr.write("\n")
     if args.json:
-        view: dict[str, Any] = {"id": None}
-        if result.replay is not None:
-            view = replay_view(result.replay)
-        view.update(
-            object="replay",
-            dry_run=result.dry_run,
-            matched=result.matched,
-            requeued=result.requeued,
-            sample=[delivery_view(d) for d in result.sample],
-        )
-        print_json(view)
+        print_json(replay_result_view(result))
         return EXIT_OK
     if result.replay is None:
         print(f"{result.matched} deliveries match; dry run, nothing re-queued")
