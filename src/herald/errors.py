@@ -170,7 +170,14 @@ _RESOLUTION_BY_CODE = {
     "event_exists": "Use a new event id; ids are unique per tenant.",
     "delivery_not_found": "Check the id; deliveries of other tenants are not visible.",
     "delivery_not_retryable": "Only event deliveries can be retried; re-verify a destination.",
+    "replay_not_found": "Check the id; replays of other tenants are not visible.",
     "not_found": "Check the id; objects of other tenants are not visible.",
+    # Portal session tokens.
+    "token_invalid": "Ask your server for a new portal token (POST /v2/token).",
+    "token_expired": "Ask your server for a new portal token (POST /v2/token).",
+    "token_revoked": "The API key that made the token was revoked; use a valid key.",
+    "token_used": "A token opens one session; ask your server for a new one.",
+    "token_unavailable": "Send a new Idempotency-Key to get a new token.",
     "conflict": "The object's current state does not allow this; check its status first.",
     # The daemon's own trouble.
     "internal_error": "Retry later; if it persists, report the request_id.",

@@ -138,6 +138,8 @@ class Delivery:
     updated_at: float
     last_attempt: Attempt | None = None
     attempts: tuple[Attempt, ...] = field(default=())
+    replay_id: str | None = None
+    """The latest replay that re-queued it, if any (``rpl_…``)."""
 
 
 @dataclass(slots=True)
@@ -249,3 +251,45 @@ class DeliveryFilter:
     until: float | None = None
     ids: tuple[str, ...] = ()
     kind: DeliveryKind | None = None
+    replay_id: str | None = None
+    """Only the deliveries this replay re-queued (and no later replay took over)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """A replay's deliveries by status, counted when asked."""
+
+    pending: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """One replay (``rpl_…``): who asked, with which filter, and what it re-queued.
+
+    ``tenant_id`` is None for an operator-wide replay; ``finished_at`` is None while it
+    runs (or if it was interrupted); ``requeued`` grows as it goes."""
+
+    id: str
+    tenant_id: str | None
+    filter: dict[str, Any]
+    by: str
+    created_at: float
+    matched: int
+    requeued: int = 0
+    finished_at: float | None = None
+    outcome: ReplayOutcome = ReplayOutcome()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """What a replay request did: a dry run counts and samples; a real one also has
+    its stored :class:`Replay`."""
+
+    matched: int
+    requeued: int
+    sample: list[Delivery]
+    dry_run: bool
+    replay: Replay | None = None
+    """The stored replay (None for a dry run, which stores nothing)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -43,6 +43,9 @@ from herald.model import (
     DueDelivery,
     Event,
     NewDelivery,
+    Replay,
+    ReplayOutcome,
+    ReplayResult,
 )
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -51,16 +54,31 @@ from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
 REPLAY_BATCH = 500
+REPLAY_IDS_KEPT = 100
 
 replay_log = structlog.get_logger("herald.replay")
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
-    matched: int
-    requeued: int
-    sample: list[Delivery]
-    dry_run: bool
+def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
+    """The filter a replay used, as stored with it and shown in its JSON: the fields
+    that narrowed it, with times as RFC 3339 text."""
+    out: dict[str, Any] = {}
+    if flt.destination_id is not None:
+        out["destination_id"] = flt.destination_id
+    if flt.status is not None:
+        out["status"] = flt.status.value
+    if flt.event_types:
+        out["event_types"] = list(flt.event_types)
+    if flt.since is not None:
+        out["since"] = format_epoch(flt.since)
+    if flt.until is not None:
+        out["until"] = format_epoch(flt.until)
+    if flt.ids:
+        # An ids file may name thousands: the row keeps how many, and the first few.
+        out["delivery_ids"] = list(flt.ids[:REPLAY_IDS_KEPT])
+        if len(flt.ids) > REPLAY_IDS_KEPT:
+            out["delivery_id_count"] = len(flt.ids)
+    return out
 
 
 class DestinationService:
@@ -431,6 +449,12 @@ class DestinationService:
     ) -> ReplayResult:
         """Re-queue every delivery matching ``flt``, in batches; ``dry_run`` only counts.
 
+        Every replay that re-queues (the CLI's, the API's, the console's) is stored as
+        a :class:`Replay` with an id (``rpl_…``) before its first batch, and the
+        deliveries it re-queues carry that id, so its outcome can be counted later
+        (:meth:`get_replay`). ``flt.tenant_id`` None is an operator-wide replay. A dry
+        run stores nothing.
+
         With ``rate_per_second``, re-queued deliveries become due in one-second
         steps of that many, so a large replay never floods a recovering endpoint.
         ``by`` says who asked (``cli:<OS user>``, ``api:<tenant>``); every replay,
@@ -443,12 +467,34 @@ class DestinationService:
         flt = replace(flt, kind=DeliveryKind.EVENT)
         total = await self.store.count_deliveries(flt)
         sample, _ = await self.list_deliveries(flt, limit=sample_size)
-        requeued = 0
-        if not dry_run and total:
-            requeued = await self._requeue_matching(flt, total, rate_per_second, progress)
+        record: Replay | None = None
+        if not dry_run:
+            record = Replay(
+                id=new_id("rpl_"),
+                tenant_id=flt.tenant_id,
+                filter=replay_filter(flt),
+                by=by,
+                created_at=time.time(),
+                matched=total,
+            )
+            await self.store.create_replay(record)
+            requeued = 0
+            if total:
+                requeued = await self._requeue_matching(
+                    flt, total, rate_per_second, progress, record.id
+                )
+            finished = time.time()
+            await self.store.update_replay(record.id, requeued=requeued, finished_at=finished)
+            record = replace(
+                record,
+                requeued=requeued,
+                finished_at=finished,
+                outcome=ReplayOutcome(pending=requeued),
+            )
         replay_log.info(
             "replay",
             by=by,
+            replay_id=None if record is None else record.id,
             tenant_id=flt.tenant_id,
             destination_id=flt.destination_id,
             status=flt.status.value if flt.status else None,
@@ -458,10 +504,12 @@ class DestinationService:
             ids=len(flt.ids),
             dry_run=dry_run,
             matched=total,
-            requeued=requeued,
+            requeued=0 if record is None else record.requeued,
             rate_per_second=rate_per_second or None,
         )
-        return ReplayResult(total, requeued, sample, dry_run)
+        return ReplayResult(
+            total, 0 if record is None else record.requeued, sample, dry_run, record
+        )
 
     async def _requeue_matching(
         self,
@@ -469,6 +517,7 @@ class DestinationService:
         total: int,
         rate_per_second: float | None,
         progress: Callable[[int, int], None],
+        replay_id: str,
     ) -> int:
         step = max(int(rate_per_second), 1) if rate_per_second else None
         requeued = 0
@@ -486,12 +535,31 @@ class DestinationService:
             )
             for chunk in chunks:
                 due = time.time() if step is None else started + requeued // step
-                requeued += await self.store.requeue(chunk, now=due)
+                requeued += await self.store.requeue(chunk, now=due, replay_id=replay_id)
             seen += len(batch)
             before = batch[-1].id
+            # Progress is stored as it goes: a console follows a large replay from it.
+            await self.store.update_replay(replay_id, requeued=requeued, finished_at=None)
             progress(min(seen, total), total)
             self._on_change()
         return requeued
+
+    async def get_replay(self, tenant_id: str | None, replay_id: str) -> Replay:
+        """A replay with its deliveries counted by status now; a tenant sees only its
+        own (``tenant_id`` None: an operator, who sees every one)."""
+        replay = await self.store.get_replay(tenant_id, replay_id)
+        if replay is None:
+            raise NotFound(f"no replay {replay_id}", code="replay_not_found")
+        return replay
+
+    async def list_replays(
+        self, tenant_id: str | None, *, before_id: str | None = None, limit: int = 20
+    ) -> tuple[list[Replay], bool]:
+        """Replays newest first with their outcomes (every tenant's if ``tenant_id`` is None)."""
+        rows = await self.store.list_replays(
+            tenant_id=tenant_id, before_id=before_id, limit=limit + 1
+        )
+        return rows[:limit], len(rows) > limit
 
     # --- events -------------------------------------------------------------
     async def publish(

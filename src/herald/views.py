@@ -8,7 +8,7 @@ import orjson
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
-from herald.model import Attempt, Delivery, Destination, Event
+from herald.model import Attempt, Delivery, Destination, Event, Replay, ReplayResult
 from herald.timeutil import format_epoch
 
 
@@ -66,6 +66,7 @@ def delivery_view(d: Delivery, *, with_attempts: bool = False) -> dict[str, Any]
         "created_at": _ts(d.created_at),
         "updated_at": _ts(d.updated_at),
         "last_attempt": attempt_view(d.last_attempt) if d.last_attempt else None,
+        "replay_id": d.replay_id,
     }
     if with_attempts:
         view["attempts"] = [attempt_view(a) for a in d.attempts]
@@ -80,6 +81,41 @@ def event_view(e: Event) -> dict[str, Any]:
         "created_at": e.created_at,
         "data": orjson.loads(e.data),
     }
+
+
+def replay_view(r: Replay) -> dict[str, Any]:
+    """A replay and its outcome: its deliveries by status now (those a later replay
+    took over count there)."""
+    return {
+        "id": r.id,
+        "object": "replay",
+        "tenant_id": r.tenant_id,
+        "filter": r.filter,
+        "by": r.by,
+        "created_at": _ts(r.created_at),
+        "finished_at": _ts(r.finished_at),
+        "matched": r.matched,
+        "requeued": r.requeued,
+        "outcome": {
+            "pending": r.outcome.pending,
+            "succeeded": r.outcome.succeeded,
+            "failed": r.outcome.failed,
+        },
+    }
+
+
+def replay_result_view(result: ReplayResult) -> dict[str, Any]:
+    """A replay request's answer: the stored replay and its sample, or for a dry run
+    (``id`` null) the count and the sample only."""
+    view: dict[str, Any] = {"id": None} if result.replay is None else replay_view(result.replay)
+    view.update(
+        object="replay",
+        dry_run=result.dry_run,
+        matched=result.matched,
+        requeued=result.requeued,
+        sample=[delivery_view(d) for d in result.sample],
+    )
+    return view
 
 
 def list_view(

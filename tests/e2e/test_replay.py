@@ -15,7 +15,7 @@ from aiohttp import web
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import wait_active, wait_deliveries
-from tests.support.api import open_api
+from tests.support.api import error_of, eventually, open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Received, Receiver
 
@@ -327,3 +327,84 @@ async def test_deliveries_list_and_show_print_tables(scenario: Scenario) -> None
     number, _, _, _ms, outcome, code, *error = attempts[1].split()
     assert (number, outcome, code) == ("1", "failure_retryable", "500")
     assert error, "the failed attempt's error is shown"
+
+
+async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
+    scenario: Scenario,
+) -> None:
+    """The CLI's replay prints its id; its deliveries carry it; `herald replays show`
+    and GET /v2/replays/{id} count them as they finish; a tenant sees only its own."""
+    h = scenario.h
+    # The dry run says what would go, and stores nothing.
+    dry = await scenario.replay("--status", "failure", "--dry-run")
+    assert (dry["id"], dry["dry_run"], dry["matched"]) == (None, True, 10)
+    assert h.query("SELECT COUNT(*) FROM herald_replays") == [(0,)]
+
+    proc = await h.acli("replay", "--rate", "0", "--destination", scenario.dests[0])
+    replay_id = proc.stdout.split("as replay ")[1].split()[0]
+    assert replay_id.startswith("rpl_")
+    assert "re-queued 5 of 5" in proc.stdout
+    carried = h.query(
+        "SELECT destination_id, COUNT(*) FROM herald_deliveries WHERE replay_id = ?"
+        " GROUP BY destination_id",
+        (replay_id,),
+    )
+    assert carried == [(scenario.dests[0], 5)]
+    await scenario.settle(5)
+
+    async def finished() -> bool:
+        shown = await h.acli_json("replays", "show", replay_id)
+        return bool(shown["outcome"] == {"pending": 0, "succeeded": 5, "failed": 0})
+
+    await eventually(finished, what="the replay's five deliveries to succeed")
+    shown = await h.acli_json("replays", "show", replay_id)
+    assert shown["object"] == "replay"
+    assert (shown["tenant_id"], shown["by"], shown["matched"], shown["requeued"]) == (
+        "default",
+        f"cli:{getpass.getuser()}",
+        5,
+        5,
+    )
+    assert shown["filter"] == {"destination_id": scenario.dests[0]}
+    table = (await h.acli("replays", "show", replay_id)).stdout
+    assert "succeeded    5" in table
+    assert replay_id in (await h.acli("replays", "list")).stdout
+    hidden = await h.acli("replays", "show", replay_id, "--tenant", "globex", check=False)
+    assert (hidden.returncode, hidden.stdout) == (1, "")
+    assert f"no replay {replay_id}" in hidden.stderr
+    everyone = await h.acli_json("replays", "list", "--all-tenants", "--tenant", "globex")
+    assert [r["id"] for r in everyone["data"]] == [replay_id]
+
+    async with open_api(h, "default") as api:
+        # An API replay gets an id too, and its deliveries show it.
+        status, _, made = await api.post(
+            f"/v2/event-destinations/{scenario.dests[1]}/replay", json={"status": "failure"}
+        )
+        assert status == 202, made
+        assert made["id"].startswith("rpl_")
+        assert made["request_id"].startswith("req_")
+        assert (made["by"], made["requeued"], made["filter"]) == (
+            "api:default",
+            5,
+            {"destination_id": scenario.dests[1], "status": "failure"},
+        )
+        status, _, page = await api.get(
+            f"/v2/event-destinations/{scenario.dests[1]}/event-deliveries",
+            params={"status": "pending"},
+        )
+        assert {d["replay_id"] for d in page["data"]} == {made["id"]}
+
+        status, headers, got = await api.get(f"/v2/replays/{replay_id}")
+        assert status == 200, got
+        assert got["request_id"] == headers["X-Request-Id"]
+        assert got["outcome"] == {"pending": 0, "succeeded": 5, "failed": 0}
+        listed = await api.pages("/v2/replays", {"limit": 1})
+        assert [r["id"] for r in listed] == [made["id"], replay_id]
+        status, _, body = await api.get("/v2/replays", params={"cursor": "nonsense"})
+        assert (status, error_of(body)["code"]) == (400, "cursor_invalid")
+
+    async with open_api(h, "globex") as other:
+        status, _, body = await other.get(f"/v2/replays/{replay_id}")
+        assert (status, error_of(body)["code"]) == (404, "replay_not_found")
+        status, _, body = await other.get("/v2/replays")
+        assert (status, body["data"]) == (200, [])

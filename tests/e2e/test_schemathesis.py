@@ -84,7 +84,7 @@ def seeded(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Seeded]:
     """One daemon per backend for the module; its fuzzing tenant owns a destination, an
-    event, a delivery. On PostgreSQL the API answers from the other store: its errors,
+    event, a delivery, a replay. On PostgreSQL the API answers from the other store: its errors,
     constraints and types must map to the same documented answers."""
     url = asyncio.run(create_postgres_database()) if request.param == "postgres" else None
     h = Herald(
@@ -130,8 +130,13 @@ def seeded(
                 break
             assert time.monotonic() < deadline, "the published event was never fanned out"
             time.sleep(0.05)
+        replay = session.post(
+            f"{base}/v2/event-destinations/{dest_id}/replay", headers=headers, json={}, timeout=10
+        )
+        assert replay.status_code == 202, replay.text
         document = session.get(f"{base}/v2/openapi.json", timeout=10).json()
         ids = {
+            "/v2/replays/{id}": replay.json()["id"],
             "/v2/event-destinations/{id}": dest_id,
             "/v2/event-deliveries/{id}": page["data"][0]["id"],
             "/v2/events/{id}": event.json()["id"],

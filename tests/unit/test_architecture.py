@@ -54,7 +54,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.handover",
     ),
     # The engine's loops and the operations people call.
-    ("herald.dispatch", "herald.outbox", "herald.service"),
+    ("herald.dispatch", "herald.outbox", "herald.service", "herald.tokens"),
     # Faces and wiring.
     ("herald.wiring", "herald.workers", "herald.api"),
     ("herald.app",),

@@ -66,9 +66,11 @@ def test_show_and_the_attempts_table_escape_ids_and_errors(
                     "outcome": "failure_permanent",
                     "response_status": None,
                     "error": f"receiver said {HOSTILE}",
+                    "response_excerpt": f"<p>{HOSTILE}</p>",
                 }
             ],
-        }
+        },
+        {"id": f"evt_{HOSTILE}", "data": {"note": HOSTILE}},
     )
     table([(HOSTILE,)], ("name",))
     out = capsys.readouterr().out

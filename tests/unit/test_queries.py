@@ -120,6 +120,7 @@ def test_the_queries_read_and_write_the_columns_the_row_mappers_expect(dialect: 
         rows.EVENT_COLUMNS: ("events_by_id", "get_event"),
         rows.INSTANCE_COLUMNS: ("list_instances",),
         rows.NEW_DELIVERY_COLUMNS: ("insert_deliveries",),
+        rows.REPLAY_COLUMNS: ("get_replay", "list_replays"),
     }
     for columns, names in expected.items():
         for name in names:

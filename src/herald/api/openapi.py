@@ -116,11 +116,16 @@ _WRITE_ERRORS: tuple[str, ...] = (
 )
 
 # The prefix of the ids each collection's {id} takes.
-_ID_PREFIXES = {"event-destinations": "evtd_", "event-deliveries": "dlv_", "events": "evt_"}
+_ID_PREFIXES = {
+    "event-destinations": "evtd_",
+    "event-deliveries": "dlv_",
+    "events": "evt_",
+    "replays": "rpl_",
+}
 
 
 # Bodies a request may leave out (v2 reads none as {}): every field has a default.
-_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest)
+_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest, schemas.TokenRequest)
 
 # What each operation is for, and what its success response carries, by operationId.
 _SUMMARIES = {
@@ -138,6 +143,9 @@ _SUMMARIES = {
     "retryDelivery": "Re-queue one delivery now",
     "publishEvent": "Publish an event through the outbox",
     "getEvent": "Get an event",
+    "listReplays": "List replays, newest first",
+    "getReplay": "Get a replay and its outcome",
+    "createToken": "Create a session token for the tenant portal",
 }
 _RESULTS = {
     "createDestination": "the destination, pending verification",
@@ -149,11 +157,14 @@ _RESULTS = {
     "verifyDestination": "the destination",
     "rotateSecret": "the destination and its new secret, shown once",
     "listDeliveries": "a page of deliveries",
-    "replayDeliveries": "how many were re-queued",
+    "replayDeliveries": "the replay (rpl_…) and how many it re-queued",
     "getDelivery": "the delivery",
     "retryDelivery": "the re-queued delivery",
     "publishEvent": "the accepted event",
     "getEvent": "the event",
+    "listReplays": "a page of replays",
+    "getReplay": "the replay, its deliveries counted by status now",
+    "createToken": "the session token; its value is shown only here",
 }
 
 
@@ -276,6 +287,9 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         _op("POST", "/v2/event-deliveries/{id}/retry", "retryDelivery", "202", S.Delivery),
         _op("POST", "/v2/events", "publishEvent", "202", S.Event, S.EventCreate, idempotent=True),
         _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
+        _op("GET", "/v2/replays", "listReplays", "200", S.ReplayList, query=_PAGING),
+        _op("GET", "/v2/replays/{id}", "getReplay", "200", S.Replay),
+        _op("POST", "/v2/token", "createToken", "201", S.Token, S.TokenRequest, idempotent=True),
     ]
 
 
@@ -289,6 +303,10 @@ def document(models: DestinationModels) -> dict[str, Any]:
         schemas.EventCreate,
         schemas.ReplayRequest,
         schemas.ReplayResult,
+        schemas.Replay,
+        schemas.ReplayList,
+        schemas.Token,
+        schemas.TokenRequest,
         schemas.RotateSecretRequest,
         models.create,
         models.update,

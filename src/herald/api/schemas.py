@@ -81,6 +81,7 @@ class Delivery(_Strict):
     created_at: str
     updated_at: str
     last_attempt: Attempt | None
+    replay_id: str | None = Field(description="the latest replay that re-queued it (rpl_…)")
     attempts: list[Attempt] | None = None
 
 
@@ -100,12 +101,83 @@ class DeliveryList(_Strict):
     request_id: str
 
 
+class ReplayFilter(_Strict):
+    """The fields that narrowed a replay; times as RFC 3339."""
+
+    destination_id: str | None = None
+    status: Literal["success", "failure", "pending"] | None = None
+    event_types: list[str] | None = None
+    since: str | None = None
+    until: str | None = None
+    delivery_ids: list[str] | None = Field(default=None, description="the first 100")
+    delivery_id_count: int | None = Field(default=None, description="when more than 100")
+
+
+class ReplayOutcome(_Strict):
+    """The replay's deliveries by status now; one a later replay re-queued counts there."""
+
+    pending: int
+    succeeded: int
+    failed: int
+
+
+class Replay(_Strict):
+    id: str = Field(description="rpl_…")
+    object: Literal["replay"]
+    tenant_id: str | None = Field(description="null for an operator-wide replay")
+    filter: ReplayFilter
+    by: str = Field(description="who asked: api:<tenant>, cli:<user>, console:<key id>")
+    created_at: str
+    finished_at: str | None = Field(description="null while it runs, or if interrupted")
+    matched: int
+    requeued: int
+    outcome: ReplayOutcome
+    request_id: str | None = Field(default=None, description="on a single replay")
+
+
+class ReplayList(_Strict):
+    object: Literal["list"]
+    data: list[Replay]
+    has_more: bool
+    next_cursor: str | None
+    request_id: str
+
+
 class ReplayResult(_Strict):
+    """What a replay request answers: a dry run counts (id null, nothing stored); a
+    real one is the stored replay, with the sample it matched."""
+
+    id: str | None = Field(description="rpl_…; null for a dry run")
     object: Literal["replay"]
     dry_run: bool
     matched: int
     requeued: int
     sample: list[Delivery]
+    request_id: str
+    tenant_id: str | None = None
+    filter: ReplayFilter | None = None
+    by: str | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+    outcome: ReplayOutcome | None = None
+
+
+class Token(_Strict):
+    """A session token (spec 000); ``token`` is shown here only."""
+
+    id: str = Field(description="tok_…")
+    object: Literal["token"]
+    token: str = Field(description="tk_…; only its hash is stored")
+    expires_at: str = Field(
+        description="30 minutes after the last use; each use extends it by 30 minutes,"
+        " never past 24 hours after created_at"
+    )
+    created_at: str
+    request_id: str
+
+
+class TokenRequest(_Strict):
+    """POST /v2/token takes no body (an empty object is accepted)."""
 
 
 class Health(_Open):

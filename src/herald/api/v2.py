@@ -50,7 +50,16 @@ from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
 from herald.service import DestinationService
-from herald.views import delivery_view, destination_view, event_view, list_view
+from herald.timeutil import format_epoch
+from herald.tokens import IssuedToken, Tokens
+from herald.views import (
+    delivery_view,
+    destination_view,
+    event_view,
+    list_view,
+    replay_result_view,
+    replay_view,
+)
 
 log = structlog.get_logger("herald.api")
 
@@ -64,6 +73,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = web.RequestKey("request_id", str)
 TENANT = web.RequestKey("tenant", str)
+KEY_HASH = web.RequestKey("key_hash", str)
+"""The hash of the request's API key: a session token remembers the key that made it."""
 QUIET = web.RequestKey("quiet", bool)
 """Set on a request refused for an address's flood of unauthenticated requests:
 one line per address and window says so, not one per request."""
@@ -106,6 +117,7 @@ class Api:
             name="unauthenticated",
         )
         self.wake = wake
+        self.tokens = Tokens(store)
         self._key_cache: dict[str, tuple[str | None, float]] = {}
 
     # --- wiring ---------------------------------------------------------------
@@ -128,6 +140,9 @@ class Api:
         r.add_post(f"{p}/event-deliveries/{{id}}/retry", self.retry_delivery)
         r.add_post(f"{p}/events", self.publish_event)
         r.add_get(f"{p}/events/{{id}}", self.get_event)
+        r.add_get(f"{p}/replays", self.list_replays)
+        r.add_get(f"{p}/replays/{{id}}", self.get_replay)
+        r.add_post(f"{p}/token", self.create_token)
 
     # --- middleware -------------------------------------------------------------
     @web.middleware
@@ -305,6 +320,7 @@ class Api:
             self._key_cache[digest] = (tenant, now)
         if tenant is None:
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
+        request[KEY_HASH] = digest
         return tenant
 
     # --- parsing helpers ----------------------------------------------------------
@@ -344,8 +360,17 @@ class Api:
         return destination_view(dest, self.registry)
 
     async def _idempotent(
-        self, request: web.Request, body: bytes, run: Callable[[], Awaitable[web.Response]]
+        self,
+        request: web.Request,
+        body: bytes,
+        run: Callable[[], Awaitable[web.Response]],
+        *,
+        stored: Callable[[bytes], bytes] | None = None,
+        replayed: Callable[[bytes], Awaitable[web.Response]] | None = None,
     ) -> web.Response:
+        """Run a create once per ``Idempotency-Key`` and body; a repeat answers the
+        first response. ``stored`` turns a success body into what is kept (a secret it
+        shows must not be stored), and ``replayed`` answers a repeat from that."""
         key = request.headers.get("Idempotency-Key")
         if key is None:
             return await run()
@@ -383,9 +408,12 @@ class Api:
                     field="Idempotency-Key",
                     code="idempotency_key_in_use",
                 )
-            response = web.Response(
-                body=existing.body, status=existing.status, content_type="application/json"
-            )
+            if replayed is not None and 200 <= existing.status < 300:
+                response = await replayed(existing.body)
+            else:
+                response = web.Response(
+                    body=existing.body, status=existing.status, content_type="application/json"
+                )
             response.headers["Idempotent-Replayed"] = "true"
             with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
                 original = orjson.loads(existing.body).get("request_id")
@@ -404,9 +432,10 @@ class Api:
             await store.idempotency_abort(tenant_id=tenant, key=key)
             raise
         assert isinstance(response.body, bytes)
-        await store.idempotency_finish(
-            tenant_id=tenant, key=key, status=response.status, body=response.body
-        )
+        kept = response.body
+        if stored is not None and 200 <= response.status < 300:
+            kept = stored(kept)
+        await store.idempotency_finish(tenant_id=tenant, key=key, status=response.status, body=kept)
         return response
 
     # --- destinations ---------------------------------------------------------
@@ -537,17 +566,77 @@ class Api:
             rate_per_second=self.settings.delivery.replay_rate_per_second or None,
         )
         self.wake()
-        return self._respond(
-            schemas.ReplayResult,
-            {
-                "object": "replay",
-                "dry_run": result.dry_run,
-                "matched": result.matched,
-                "requeued": result.requeued,
-                "sample": [delivery_view(d) for d in result.sample],
-            },
-            status=200 if body.dry_run else 202,
+        view = {**replay_result_view(result), "request_id": request[REQUEST_ID]}
+        return self._respond(schemas.ReplayResult, view, status=200 if body.dry_run else 202)
+
+    async def get_replay(self, request: web.Request) -> web.StreamResponse:
+        query_params(request, set())
+        replay = await self.service.get_replay(request[TENANT], request.match_info["id"])
+        view = {**replay_view(replay), "request_id": request[REQUEST_ID]}
+        return self._respond(schemas.Replay, view)
+
+    async def list_replays(self, request: web.Request) -> web.StreamResponse:
+        query = query_params(request, {"limit", "cursor"})
+        limit = page_limit(query)
+        filters = {"tenant": request[TENANT]}
+        before = None
+        if "cursor" in query:
+            before = self.cursors.decode(query["cursor"], endpoint="replays", filters=filters)
+        items, more = await self.service.list_replays(
+            request[TENANT], before_id=before, limit=limit
         )
+        return self._page(
+            request,
+            [replay_view(r) for r in items],
+            more,
+            endpoint="replays",
+            filters=filters,
+            model=schemas.ReplayList,
+        )
+
+    # --- session tokens -------------------------------------------------------
+    async def create_token(self, request: web.Request) -> web.StreamResponse:
+        """A session token for the key's tenant (spec 000: 201, the token object). Only
+        its hash is stored, so an idempotent repeat cannot answer the same value: it
+        gives the same token a new one (the first stops working), as long as the token
+        has not been traded, expired or been revoked (else 409 token_unavailable)."""
+        raw = await request.read()
+        tenant = request[TENANT]
+
+        def answer(issued: IssuedToken, request_id: str) -> web.Response:
+            view = {
+                "id": issued.id,
+                "object": "token",
+                "token": issued.token,
+                "expires_at": format_epoch(issued.expires_at),
+                "created_at": format_epoch(issued.created_at),
+                "request_id": request_id,
+            }
+            return self._respond(schemas.Token, view, status=201)
+
+        async def run() -> web.Response:
+            await json_body(request, schemas.TokenRequest, optional=True)
+            issued = await self.tokens.create(tenant, key_hash=request[KEY_HASH])
+            log.info("token_created", token_id=issued.id, tenant_id=tenant)
+            return answer(issued, request[REQUEST_ID])
+
+        def stored(body: bytes) -> bytes:
+            return orjson.dumps({**orjson.loads(body), "token": None})
+
+        async def replayed(body: bytes) -> web.Response:
+            first = orjson.loads(body)
+            issued = await self.tokens.reissue(tenant, first["id"])
+            if issued is None:
+                raise Conflict(
+                    "the token made with this Idempotency-Key was exchanged, has expired or"
+                    " was revoked; ask for a new one with another Idempotency-Key",
+                    field="Idempotency-Key",
+                    code="token_unavailable",
+                )
+            log.info("token_reissued", token_id=issued.id, tenant_id=tenant)
+            return answer(issued, first["request_id"])
+
+        return await self._idempotent(request, raw, run, stored=stored, replayed=replayed)
 
     # --- events -------------------------------------------------------------
     async def publish_event(self, request: web.Request) -> web.StreamResponse:

@@ -16,7 +16,14 @@ import argcomplete
 from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
 from herald.cli.keys import cmd_keys
-from herald.cli.ops import cmd_check_config, cmd_instances, cmd_migrate, cmd_rejected, cmd_replay
+from herald.cli.ops import (
+    cmd_check_config,
+    cmd_instances,
+    cmd_migrate,
+    cmd_rejected,
+    cmd_replay,
+    cmd_replays,
+)
 from herald.cli.output import visible
 from herald.cli.parser import build_parser
 from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
@@ -33,6 +40,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
     "destinations": cmd_destinations,
     "deliveries": cmd_deliveries,
     "replay": cmd_replay,
+    "replays": cmd_replays,
     "outbox": cmd_rejected,
     "instances": cmd_instances,
     "check-config": cmd_check_config,

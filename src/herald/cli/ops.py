@@ -1,17 +1,18 @@
-"""Operators' commands: ``migrate``, ``check-config``, ``replay``, ``outbox rejected``
-and ``instances``."""
+"""Operators' commands: ``migrate``, ``check-config``, ``replay``, ``replays``,
+``outbox rejected`` and ``instances``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from typing import Any
 
 from herald.cli.common import EXIT_OK, delivery_filter, os_user
-from herald.cli.output import print_json, table, visible
+from herald.cli.output import print_json, short_ts, table, visible
 from herald.config import Settings, masked
 from herald.timeutil import format_epoch, format_span
-from herald.views import delivery_view
+from herald.views import list_view, replay_result_view, replay_view
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -84,23 +85,85 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if sys.stderr.isatty() and not args.dry_run and result.matched:
         sys.stderr.write("\n")
     if args.json:
-        print_json(
-            {
-                "object": "replay",
-                "dry_run": result.dry_run,
-                "matched": result.matched,
-                "requeued": result.requeued,
-                "sample": [delivery_view(d) for d in result.sample],
-            }
-        )
+        print_json(replay_result_view(result))
         return EXIT_OK
-    if result.dry_run:
+    if result.replay is None:
         print(f"{result.matched} deliveries match; dry run, nothing re-queued")
         for d in result.sample:
             print(visible(f"  {d.id}  {d.event_type}  {d.destination_id}  {d.status.value}"))
     else:
-        print(f"re-queued {result.requeued} of {result.matched} matching deliveries")
+        print(
+            f"re-queued {result.requeued} of {result.matched} matching deliveries"
+            f" as replay {result.replay.id}"
+        )
+        print(f"# follow it: herald replays show {result.replay.id}", file=sys.stderr)
     return EXIT_OK
+
+
+async def cmd_replays(settings: Settings, args: argparse.Namespace) -> int:
+    """``replays show ID`` / ``replays list``: replays and their outcome counted now, of
+    ``--tenant``; with ``--all-tenants``, of every tenant and operator-wide ones."""
+    from herald.wiring import components
+
+    tenant = None if getattr(args, "all_tenants", False) else args.tenant
+    async with components(settings) as comp:
+        if args.action == "show":
+            replay = await comp.service.get_replay(tenant, args.id)
+            view = replay_view(replay)
+            if args.json:
+                print_json(view)
+            else:
+                print_replay(view)
+            return EXIT_OK
+        items, has_more = await comp.service.list_replays(tenant, limit=args.limit)
+    views = [replay_view(r) for r in items]
+    if args.json:
+        print_json(list_view(views, has_more=has_more, next_cursor=None, request_id="cli"))
+        return EXIT_OK
+    table(
+        [
+            (
+                v["id"],
+                v["tenant_id"] or "(all)",
+                v["by"],
+                short_ts(v["created_at"]),
+                v["requeued"],
+                v["outcome"]["pending"],
+                v["outcome"]["succeeded"],
+                v["outcome"]["failed"],
+            )
+            for v in views
+        ],
+        ("id", "tenant", "by", "created", "requeued", "pending", "succeeded", "failed"),
+    )
+    if has_more:
+        print(f"(more than {args.limit}; use --limit)", file=sys.stderr)
+    return EXIT_OK
+
+
+def print_replay(v: dict[str, Any]) -> None:
+    """One replay as ``field value`` lines, its filter and outcome spelled out."""
+    outcome = v["outcome"]
+    flt = v["filter"]
+    rows: list[tuple[str, Any]] = [
+        ("id", v["id"]),
+        ("tenant_id", v["tenant_id"] or "(all tenants)"),
+        ("by", v["by"]),
+        ("created_at", v["created_at"]),
+        ("finished_at", v["finished_at"] or "(running or interrupted)"),
+        ("filter", " ".join(f"{k}={_filter_value(x)}" for k, x in flt.items()) or "(none)"),
+        ("matched", v["matched"]),
+        ("requeued", v["requeued"]),
+        ("pending", outcome["pending"]),
+        ("succeeded", outcome["succeeded"]),
+        ("failed", outcome["failed"]),
+    ]
+    for name, value in rows:
+        print(visible(f"{name:<12} {value}"))
+
+
+def _filter_value(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:

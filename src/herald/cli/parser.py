@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "replay",
         [scoped, everyone],
-        "re-queue the deliveries that match the filter, e.g. the last day's failures",
+        "re-queue the deliveries that match the filter as one replay (rpl_…)",
         [
             "herald replay --status failure --since 1d --dry-run",
             "herald replay --status failure --since 1d --all-tenants",
@@ -200,6 +200,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="deliveries made due per second (default: delivery.replay_rate_per_second; 0: all)",
     )
+
+    replays = _group(sub, "replays", "replays: each one's deliveries counted by outcome now")
+    command = functools.partial(_command, replays)
+    command(
+        "show",
+        [scoped, everyone],
+        "a replay and how its deliveries have turned out: succeeded, failed, pending",
+        ["herald replays show rpl_…", "herald replays show rpl_… --all-tenants --json"],
+    ).add_argument("id", help="the replay's id (rpl_…)")
+    rlist = command(
+        "list",
+        [scoped, everyone],
+        "replays, newest first (with --all-tenants: operator-wide ones too)",
+        ["herald replays list --all-tenants --limit 10"],
+    )
+    rlist.add_argument("--limit", type=int, default=50, help="at most (default: %(default)s)")
 
     outbox = _group(sub, "outbox", "the outbox: rows the relay could not turn into events")
     rej = _command(

@@ -24,6 +24,27 @@ class ApiKeyInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRow:
+    """A session token that opened: never its value, only what it grants."""
+
+    id: str
+    tenant_id: str
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenState:
+    """Why a session token did not open (``token_state``): when it was traded,
+    revoked, when it expires, and when the API key that made it was revoked."""
+
+    traded_at: float | None
+    revoked_at: float | None
+    expires_at: float
+    key_revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     fingerprint: str
     status: int | None

@@ -23,13 +23,15 @@ from herald.model import (
     Instance,
     NewDelivery,
     Outcome,
+    Replay,
+    ReplayOutcome,
 )
 
 DELIVERY_COLUMNS = (
     "d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,"
     " d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,"
     " a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,"
-    " a.response_excerpt"
+    " a.response_excerpt, d.replay_id"
 )
 ATTEMPT_COLUMNS = (
     "id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,"
@@ -204,6 +206,7 @@ def delivery_from_row(row: Sequence[Any]) -> Delivery:
         created_at=row[11],
         updated_at=row[12],
         last_attempt=last,
+        replay_id=row[21],
     )
 
 
@@ -216,3 +219,46 @@ def instance_to_row(i: Instance, *, heartbeat_at: float) -> tuple[Any, ...]:
 
 def instance_from_row(row: Sequence[Any]) -> Instance:
     return Instance(row[0], row[1], int(row[2]), row[3], float(row[4]), float(row[5]))
+
+
+REPLAY_COLUMNS = "id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at"
+
+
+def replay_to_row(r: Replay) -> tuple[Any, ...]:
+    return (
+        r.id,
+        r.tenant_id,
+        orjson.dumps(r.filter).decode(),
+        r.by,
+        r.created_at,
+        r.matched,
+        r.requeued,
+        r.finished_at,
+    )
+
+
+def replay_from_row(row: Sequence[Any], outcome: ReplayOutcome) -> Replay:
+    return Replay(
+        id=row[0],
+        tenant_id=row[1],
+        filter=orjson.loads(row[2]),
+        by=row[3],
+        created_at=float(row[4]),
+        matched=int(row[5]),
+        requeued=int(row[6]),
+        finished_at=None if row[7] is None else float(row[7]),
+        outcome=outcome,
+    )
+
+
+def replay_outcomes(rows: Sequence[Sequence[Any]]) -> dict[str, ReplayOutcome]:
+    """``replay_outcomes`` rows (replay id, status, count) as each replay's outcome."""
+    counts: dict[str, dict[str, int]] = {}
+    for replay_id, status, n in rows:
+        counts.setdefault(replay_id, {})[status] = int(n)
+    return {
+        rid: ReplayOutcome(
+            pending=c.get("pending", 0), succeeded=c.get("success", 0), failed=c.get("failure", 0)
+        )
+        for rid, c in counts.items()
+    }

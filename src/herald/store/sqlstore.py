@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from herald.crypto import SecretBox
 from herald.errors import Conflict, StorageError
@@ -28,8 +28,17 @@ from herald.model import (
     NewDelivery,
     OutboxRow,
     RelayPlan,
+    Replay,
+    ReplayOutcome,
 )
-from herald.store.base import STALE_CATALOG, ApiKeyInfo, IdempotencyRecord, RelayProcessor
+from herald.store.base import (
+    STALE_CATALOG,
+    ApiKeyInfo,
+    IdempotencyRecord,
+    RelayProcessor,
+    TokenRow,
+    TokenState,
+)
 from herald.store.dialect import Claim, Conn, Dialect
 from herald.store.rows import (
     attempt_from_row,
@@ -42,6 +51,9 @@ from herald.store.rows import (
     instance_to_row,
     new_delivery_rows,
     reencrypt_rows,
+    replay_from_row,
+    replay_outcomes,
+    replay_to_row,
 )
 
 D = TypeVar("D", bound=Dialect)
@@ -443,6 +455,7 @@ class SQLStore(Generic[D]):
             ("d.created_at <", flt.until, False),
             ("d.id", flt.ids, True),
             ("d.kind =", None if flt.kind is None else flt.kind.value, False),
+            ("d.replay_id =", flt.replay_id, False),
         )
         clauses: list[str] = []
         for term, value, many in terms:
@@ -476,15 +489,113 @@ class SQLStore(Generic[D]):
         rows = await self.dialect.read("count_deliveries", *params, parts={"where": where})
         return int(rows[0][0])
 
-    async def requeue(self, ids: Sequence[str], *, now: float) -> int:
+    async def requeue(self, ids: Sequence[str], *, now: float, replay_id: str | None = None) -> int:
         """Finished deliveries start a fresh round of attempts (its start, their attempt
         count, is stored in ``max_attempts``; the daemon's config decides its budget);
         pending ones become due now. Deliveries of deleted destinations and test pings
-        are left alone."""
+        are left alone. With ``replay_id``, those re-queued carry it from now on (the
+        latest replay owns a delivery); without, they keep the one they carry."""
         if not ids:
             return 0
         async with self.dialect.tx() as c:
-            return await self.dialect.execute(c, "requeue", 0, now, list(ids))
+            return await self.dialect.execute(c, "requeue", 0, now, replay_id, list(ids))
+
+    # --- replays ----------------------------------------------------------
+    async def create_replay(self, replay: Replay) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "create_replay", *replay_to_row(replay))
+
+    async def update_replay(
+        self, replay_id: str, *, requeued: int, finished_at: float | None
+    ) -> None:
+        """Record a running replay's progress, and its end with ``finished_at``."""
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "update_replay", requeued, finished_at, replay_id)
+
+    async def _with_outcomes(self, rows: Sequence[Sequence[Any]]) -> list[Replay]:
+        if not rows:
+            return []
+        found = await self.dialect.read("replay_outcomes", [r[0] for r in rows])
+        outcomes = replay_outcomes(found)
+        return [replay_from_row(r, outcomes.get(r[0], ReplayOutcome())) for r in rows]
+
+    async def get_replay(self, tenant_id: str | None, replay_id: str) -> Replay | None:
+        """A replay with its outcome counted, scoped to a tenant unless None."""
+        rows = await self.dialect.read("get_replay", replay_id, tenant_id)
+        replays = await self._with_outcomes(rows)
+        return replays[0] if replays else None
+
+    async def list_replays(
+        self, *, tenant_id: str | None, before_id: str | None, limit: int
+    ) -> list[Replay]:
+        """Replays newest first, ids strictly below ``before_id``; every tenant's when
+        ``tenant_id`` is None."""
+        rows = await self.dialect.read("list_replays", tenant_id, before_id, limit)
+        return await self._with_outcomes(rows)
+
+    # --- session tokens ---------------------------------------------------
+    async def create_token(
+        self,
+        *,
+        id: str,
+        tenant_id: str,
+        token_hash: str,
+        key_hash: str,
+        now: float,
+        expires_at: float,
+    ) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(
+                c, "create_token", id, tenant_id, token_hash, key_hash, now, expires_at
+            )
+
+    async def use_token(
+        self,
+        how: Literal["token", "trade", "session"],
+        digest: str,
+        *,
+        now: float,
+        idle: float,
+        lifetime: float,
+        session_hash: str | None = None,
+    ) -> TokenRow | None:
+        """Open a live token in one statement and slide its expiry (``now + idle``, never
+        past ``created_at + lifetime``): by the token's hash (``token``); the same, once,
+        storing ``session_hash`` (``trade``); or by a session's hash (``session``).
+        None when it does not open."""
+        d = self.dialect
+        args = (digest, now, idle, lifetime)
+        async with d.tx(atomic=False) as c:
+            if how == "trade":
+                row = await d.fetchrow(c, "trade_token", *args, session_hash)
+            elif how == "session":
+                row = await d.fetchrow(c, "open_session", *args)
+            else:
+                row = await d.fetchrow(c, "open_token", *args)
+        return None if row is None else TokenRow(*row)
+
+    async def token_state(self, digest: str, *, session: bool) -> TokenState | None:
+        """Why a token (or with ``session``, a portal session) did not open: its row's
+        state; None if there is none."""
+        if session:
+            rows = await self.dialect.read("session_state", digest)
+        else:
+            rows = await self.dialect.read("token_state", digest)
+        return TokenState(*rows[0]) if rows else None
+
+    async def reissue_token(
+        self, *, tenant_id: str, token_id: str, token_hash: str, now: float
+    ) -> TokenRow | None:
+        """Give a live, untraded token a new value (hash); None if it is not one."""
+        async with self.dialect.tx(atomic=False) as c:
+            row = await self.dialect.fetchrow(
+                c, "reissue_token", token_hash, token_id, tenant_id, now
+            )
+        return None if row is None else TokenRow(*row)
+
+    async def close_session(self, session_hash: str, *, now: float) -> bool:
+        async with self.dialect.tx(atomic=False) as c:
+            return bool(await self.dialect.execute(c, "close_session", session_hash, now))
 
     async def get_event(self, tenant_id: str | None, event_id: str) -> Event | None:
         rows = await self.dialect.read("get_event", event_id, tenant_id)
@@ -528,8 +639,9 @@ class SQLStore(Generic[D]):
 
     async def purge(self, *, before: float, limit: int) -> int:
         """Delete up to ``limit`` finished deliveries last changed before ``before``,
-        with their attempts, then events and rejected rows left without a use;
-        returns how many deliveries went."""
+        with their attempts, then events and rejected rows left without a use, and
+        session tokens expired and replays made before it; returns how many
+        deliveries went."""
         d = self.dialect
         async with d.tx() as c:
             ids = [r[0] for r in await d.fetch(c, "purge_select", before, limit)]
@@ -537,6 +649,8 @@ class SQLStore(Generic[D]):
                 await d.execute(c, "purge_attempts", ids)
             await d.purge_deliveries(c, ids, before=before, limit=limit)
             await d.execute(c, "purge_rejected", before, limit)
+            await d.execute(c, "purge_tokens", before, limit)
+            await d.execute(c, "purge_replays", before, limit)
             return len(ids)
 
     # --- API keys ---------------------------------------------------------

@@ -212,7 +212,7 @@ WHERE destination_id = ?2 AND status = 'pending'
 SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt
+  a.response_excerpt, d.replay_id
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE d.id = ?1 AND (?2 IS NULL OR d.tenant_id = ?2)
 
@@ -226,7 +226,7 @@ FROM herald_attempts WHERE delivery_id = ?1 ORDER BY number, started_at
 SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt
+  a.response_excerpt, d.replay_id
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE {where} ORDER BY d.id DESC LIMIT {limit}
 
@@ -234,10 +234,12 @@ WHERE {where} ORDER BY d.id DESC LIMIT {limit}
 SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
 
 -- requeue --
--- Finished deliveries get ?1 more attempts; deleted destinations and pings are left alone
+-- Finished deliveries get ?1 more attempts; deleted destinations and pings are left alone.
+-- ?3: the replay re-queuing them takes them over (NULL: a retry, which keeps theirs)
 UPDATE herald_deliveries SET
   max_attempts = CASE WHEN status = 'pending' THEN max_attempts ELSE attempt_count + ?1 END,
   status = 'pending', next_attempt_at = ?2, lease_owner = NULL, updated_at = ?2,
+  replay_id = COALESCE(?3, replay_id),
   held = (SELECT CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
     FROM herald_destinations t WHERE t.id = destination_id)
 WHERE id IN ({ids}) AND kind = 'event' AND lease_owner IS NULL
@@ -309,3 +311,86 @@ SELECT id, secrets FROM herald_destinations WHERE id > ?1 ORDER BY id LIMIT ?2
 
 -- reencrypt_update --
 UPDATE herald_destinations SET secrets = ?1 WHERE id = ?2
+
+-- create_replay --
+INSERT INTO herald_replays (id, tenant_id, filter, requested_by, created_at, matched, requeued,
+  finished_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+
+-- update_replay --
+UPDATE herald_replays SET requeued = ?1, finished_at = ?2 WHERE id = ?3
+
+-- get_replay --
+-- ?2 NULL: any tenant's, and operator-wide ones (an operator asks)
+SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at
+FROM herald_replays WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
+
+-- list_replays --
+SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at
+FROM herald_replays WHERE (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR id < ?2)
+ORDER BY id DESC LIMIT ?3
+
+-- replay_outcomes --
+-- From herald_deliveries_replay alone (IS NOT NULL: its condition, said outright)
+SELECT replay_id, status, COUNT(*) FROM herald_deliveries
+WHERE replay_id IS NOT NULL AND replay_id IN ({ids}) GROUP BY replay_id, status
+
+-- create_token --
+INSERT INTO herald_session_tokens (id, tenant_id, token_hash, key_hash, created_at, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+
+-- open_token --
+-- One statement: the checks and the extension (?2 now + ?3 idle, never past created_at
+-- + ?4, never shorter than it was) are one atomic step
+UPDATE herald_session_tokens SET last_used_at = ?2,
+  expires_at = MAX(expires_at, MIN(?2 + ?3, created_at + ?4))
+WHERE token_hash = ?1 AND traded_at IS NULL AND revoked_at IS NULL AND expires_at > ?2
+  AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
+RETURNING id, tenant_id, created_at, expires_at
+
+-- trade_token --
+-- The tk_ value is spent: from now on only the session secret (?5) opens the token
+UPDATE herald_session_tokens SET last_used_at = ?2, traded_at = ?2, session_hash = ?5,
+  expires_at = MAX(expires_at, MIN(?2 + ?3, created_at + ?4))
+WHERE token_hash = ?1 AND traded_at IS NULL AND revoked_at IS NULL AND expires_at > ?2
+  AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
+RETURNING id, tenant_id, created_at, expires_at
+
+-- open_session --
+UPDATE herald_session_tokens SET last_used_at = ?2,
+  expires_at = MAX(expires_at, MIN(?2 + ?3, created_at + ?4))
+WHERE session_hash = ?1 AND revoked_at IS NULL AND expires_at > ?2
+  AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
+RETURNING id, tenant_id, created_at, expires_at
+
+-- token_state --
+-- Why a token did not open (read only after it did not)
+SELECT t.traded_at, t.revoked_at, t.expires_at, k.revoked_at
+FROM herald_session_tokens t LEFT JOIN herald_api_keys k ON k.hash = t.key_hash
+WHERE t.token_hash = ?1
+
+-- session_state --
+SELECT t.traded_at, t.revoked_at, t.expires_at, k.revoked_at
+FROM herald_session_tokens t LEFT JOIN herald_api_keys k ON k.hash = t.key_hash
+WHERE t.session_hash = ?1
+
+-- reissue_token --
+-- A new tk_ value for a token not yet traded (an idempotent POST /v2/token repeated)
+UPDATE herald_session_tokens SET token_hash = ?1
+WHERE id = ?2 AND tenant_id = ?3 AND traded_at IS NULL AND revoked_at IS NULL
+  AND expires_at > ?4
+  AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
+RETURNING id, tenant_id, created_at, expires_at
+
+-- close_session --
+UPDATE herald_session_tokens SET revoked_at = ?2 WHERE session_hash = ?1 AND revoked_at IS NULL
+
+-- purge_tokens --
+DELETE FROM herald_session_tokens WHERE id IN (SELECT id FROM herald_session_tokens
+  WHERE expires_at < ?1 LIMIT ?2)
+
+-- purge_replays --
+-- Replays older than the retention's cut-off that no delivery carries any more
+DELETE FROM herald_replays WHERE id IN (SELECT r.id FROM herald_replays r
+  WHERE r.created_at < ?1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
+    WHERE d.replay_id = r.id) LIMIT ?2)
