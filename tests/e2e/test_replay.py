@@ -321,12 +321,15 @@ async def test_deliveries_list_and_show_print_tables(scenario: Scenario) -> None
     assert fields["id"] == delivery_id
     assert fields["destination_id"] == scenario.dests[0]
     assert (fields["status"], fields["attempt_count"]) == ("failure", "1")
-    attempts = shown.split("\n\n")[1].splitlines()
-    assert attempts[0].split() == ["ATTEMPT", "STARTED", "MS", "OUTCOME", "STATUS", "ERROR"]
-    assert len(attempts) == 2
-    number, _, _, _ms, outcome, code, *error = attempts[1].split()
-    assert (number, outcome, code) == ("1", "failure_retryable", "500")
-    assert error, "the failed attempt's error is shown"
+    event, attempts = shown.split("\n\n")[1:3]
+    assert event.splitlines()[0] == "event:"
+    assert f'"id": "{fields["event_id"]}"' in event, "the event's envelope is shown"
+    lines = attempts.splitlines()
+    assert lines[0] == "attempts:"
+    # "#1  2026-11-25 10:00:00  12 ms  failure_retryable  HTTP 500", then its error in full.
+    number, _, _, _ms, _, outcome, _, code = lines[1].split()
+    assert (number, outcome, code) == ("#1", "failure_retryable", "500")
+    assert lines[2].split()[0] == "error:", "the failed attempt's error is shown"
 
 
 async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
