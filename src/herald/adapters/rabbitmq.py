@@ -19,6 +19,16 @@ connection reconnects in the background; attempts meanwhile fail fast as
 retryable, and the engine's retry schedule carries the events over the outage
 without a Herald restart.
 
+Egress: the broker's host is resolved and checked by the egress policy before
+each attempt (a pass is remembered for seconds) and the connection goes to the
+one address that check pinned — aio-pika is handed the IP, never the name, and
+TLS still verifies the broker's certificate against the host name (SNI). So a
+name that answers a permitted address for the check and a private one a moment
+later cannot steer the connection. The pinned address is part of the
+connection's key: when the name moves to another permitted address, new
+attempts open a connection there, and the old one closes once idle. Its
+background reconnects keep to the address it was opened for.
+
 Credentials: ``server_url`` may be ``amqp://user:pass@host:port/vhost``. The
 user and password are moved into ``username`` and ``password`` at validation
 (an explicit field wins over its counterpart in the URL) and ``server_url`` is
@@ -29,6 +39,7 @@ field: encrypted at rest, masked on output, never logged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ssl
 from dataclasses import dataclass
@@ -292,7 +303,28 @@ def _prepare(dest: Destination, config: RabbitMQConfig) -> _Prepared:
     )
 
 
-class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
+@functools.cache
+def _pinned_connection_class() -> type[aio_pika.RobustConnection]:
+    """aio-pika's robust connection, also passing ``server_hostname`` on to aiormq.
+
+    aio-pika forwards only the connection parameters it declares (``PARAMETERS``,
+    its documented extension point) to aiormq, which hands its extra keyword
+    arguments to ``asyncio.open_connection``: declaring ``server_hostname`` makes
+    TLS check the broker's name while the socket goes to the pinned address.
+    """
+    import aio_pika
+    from aio_pika.abc import ConnectionParameter
+
+    class PinnedConnection(aio_pika.RobustConnection):
+        PARAMETERS = (
+            *aio_pika.RobustConnection.PARAMETERS,
+            ConnectionParameter(name="server_hostname", parser=str, is_kwarg=True),
+        )
+
+    return PinnedConnection
+
+
+class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
     type_id = "rabbitmq"
     aliases = ("amqp_broker",)
     config_model = RabbitMQConfig
@@ -311,7 +343,8 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
         await client.close()
 
     def dialled(self, config: DestinationConfig) -> list[Dial]:
-        """The broker of ``server_url`` (aio-pika resolves it; each attempt checks first)."""
+        """The broker of ``server_url`` (each attempt checks it and connects to the
+        address the check pinned)."""
         assert isinstance(config, RabbitMQConfig)
         address = parse_server_url(config.server_url)
         port = address.port or (AMQPS_PORT if config.use_tls else AMQP_PORT)
@@ -320,33 +353,41 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, RabbitMQConfig)
         prep = self._prepared.get(dest, config)
+        address = self.address(self.dialled(config)[0])  # checked and pinned by deliver()
         try:
-            async with self.clients.use(prep.key, lambda: self._connect(prep)) as broker:
+            async with self.clients.use(
+                (prep.key, address), lambda: self._connect(prep, address)
+            ) as broker:
                 return await self._publish(broker, prep, event)
         except _Refused as exc:
             return exc.result
         except ShuttingDown as exc:
             return Result.retryable(str(exc))
 
-    async def _connect(self, prep: _Prepared) -> _Broker:
-        """Open the robust connection for ``prep.key``; _Refused if the broker says no."""
+    async def _connect(self, prep: _Prepared, address: str) -> _Broker:
+        """Open the robust connection for ``prep.key`` to ``address`` (the pinned IP, or
+        the host name when nothing is pinned); _Refused if the broker says no."""
         import aio_pika
 
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
+        extra: dict[str, Any] = {}
+        if key.tls and address != key.host:
+            extra["server_hostname"] = key.host  # TLS checks the name, not the address
         url = aio_pika.connection.make_url(
-            host=key.host,
+            host=address,
             port=key.port,
             login=key.username,
             password=prep.password,
             virtualhost=key.vhost,
             ssl=key.tls,
         )
-        connection = aio_pika.RobustConnection(
+        connection = _pinned_connection_class()(
             url,
             ssl_context=context,
             reconnect_interval=RECONNECT_INTERVAL_SECONDS,
             client_properties={"connection_name": "herald"},
+            **extra,
         )
         try:
             await connection.connect(timeout=min(CONNECT_TIMEOUT_SECONDS, self.timeout))

@@ -28,6 +28,7 @@ from herald.views import destination_view
 from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
 from tests.integration.amqp import broker
 from tests.integration.amqp.broker import HOST, PORT, BrokerUser, Inspector, PrivateBroker
+from tests.integration.rebinding import Listener, Rebinding, loopback_address
 from tests.support.daemon import free_port
 
 GUEST = {"username": "guest", "password": "guest"}
@@ -522,3 +523,63 @@ def test_target_follows_where_messages_go_not_who_sends_them(registry: Registry)
     assert target() != target(server_url="mq:5673")
     assert target() != target(server_url="amqp://mq:5672/prod")
     assert target() != target(tls="true")
+
+
+# --- egress: the connection goes to the address the check pinned (issue 18, item 1) ----------
+REBIND_NAME = "broker.rebind.test"
+
+
+async def test_the_connection_goes_to_the_address_the_egress_check_pinned(
+    exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check sees 127.0.0.1 (allowed); every later lookup of the name answers
+    another loopback address, where a listener counts connections. aio-pika is
+    handed the checked address, so it never resolves the name and never gets there."""
+    dns = Rebinding(REBIND_NAME, HOST, later=loopback_address())
+    dns.install(monkeypatch)
+    decoy = await Listener(dns.later or "", PORT).start()
+    a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+    try:
+        raw = {"server_url": f"{REBIND_NAME}:{PORT}", "exchange": exchange, **GUEST}
+        for _ in range(2):
+            result, event, _ = await send(a, raw)
+            assert result.outcome is Outcome.SUCCESS, result
+            message = await read_message(broker.GUEST_URL, exchange, event.id)
+            assert message.body == event.envelope()
+    finally:
+        await a.close()
+        await decoy.stop()
+    assert decoy.connections == 0
+    assert dns.sdk_lookups == 0  # aio-pika never resolved the name
+    assert dns.policy_lookups == 1  # the second attempt reused the pinned pass
+
+
+async def test_tls_to_a_pinned_address_still_verifies_the_broker_name(
+    trust: PrivateBroker, private_exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The certificate covers ``localhost`` and 127.0.0.1. Pinned to 127.0.0.1 the
+    connection verifies the name it was given: ``localhost`` passes, a name the
+    certificate does not cover is refused although the address it reached is in it."""
+    for name, expected in (("localhost", Outcome.SUCCESS), (REBIND_NAME, None)):
+        dns = Rebinding(name, HOST)  # the SDK itself could not resolve the name at all
+        dns.install(monkeypatch)
+        a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+        raw = {
+            "server_url": f"amqps://{name}:{trust.tls_port}",
+            "exchange": private_exchange,
+            **GUEST,
+        }
+        try:
+            result, event, _ = await send(a, raw)
+        finally:
+            await a.close()
+        assert dns.sdk_lookups == 0
+        if expected is Outcome.SUCCESS:
+            assert result.outcome is Outcome.SUCCESS, result
+            message = await read_message(trust.url, private_exchange, event.id)
+            assert message.body == event.envelope()
+        else:
+            assert result.outcome is Outcome.FAILURE_PERMANENT, result
+            assert result.error is not None
+            assert "certificate verification failed" in result.error
+            assert REBIND_NAME in result.error
