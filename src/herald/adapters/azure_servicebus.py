@@ -321,13 +321,21 @@ class _NamedTLS(ssl.SSLContext):
         return super().wrap_bio(incoming, outgoing, server_side, self.name, session)
 
 
-@functools.lru_cache(maxsize=64)
-def _named_tls(name: str) -> ssl.SSLContext:
-    """:func:`_tls_context` verifying ``name``; one per name (run off the event loop)."""
+def named_tls_context(name: str, *, cafile: str | None = None) -> ssl.SSLContext:
+    """A client TLS context that sends ``name`` as SNI and verifies the certificate
+    against it, whatever host the connection is opened to; trusting ``cafile``
+    (certifi's roots, as the SDK does, by default). Loading roots takes CPU: build
+    it off the event loop."""
     context = _NamedTLS(ssl.PROTOCOL_TLS_CLIENT)
     context.name = name
-    context.load_verify_locations(certifi.where())
+    context.load_verify_locations(cafile or certifi.where())
     return context
+
+
+@functools.lru_cache(maxsize=64)
+def _named_tls(name: str) -> ssl.SSLContext:
+    """:func:`named_tls_context` for ``name``, built once per name."""
+    return named_tls_context(name)
 
 
 class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
