@@ -76,6 +76,9 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 300.0
 """A connection (or channel) no attempt used for this long is closed."""
 RECONNECT_INTERVAL_SECONDS = 2.0
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+"""Largest AMQP frame Herald reads (brokers negotiate 128 KiB by default): a peer that
+announces more is not a broker Herald talks to."""
 """Pause between the robust connection's reconnect attempts while the broker is away."""
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
@@ -303,25 +306,78 @@ def _prepare(dest: Destination, config: RabbitMQConfig) -> _Prepared:
     )
 
 
-@functools.cache
-def _pinned_connection_class() -> type[aio_pika.RobustConnection]:
-    """aio-pika's robust connection, also passing ``server_hostname`` on to aiormq.
+class _BoundedReader(asyncio.StreamReader):
+    """A stream reader that refuses to wait for a frame larger than MAX_FRAME_BYTES.
 
-    aio-pika forwards only the connection parameters it declares (``PARAMETERS``,
-    its documented extension point) to aiormq, which hands its extra keyword
-    arguments to ``asyncio.open_connection``: declaring ``server_hostname`` makes
-    TLS check the broker's name while the socket goes to the pinned address.
+    aiormq reads a frame by its declared length (``readexactly``) without a bound, so
+    a peer that declares a frame of gigabytes and streams it would make Herald buffer
+    all of it (about 1 GB in 3 s on loopback) before the attempt's deadline ends it.
+    """
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > MAX_FRAME_BYTES:
+            raise ConnectionError(
+                f"the peer announced a frame of over {MAX_FRAME_BYTES} bytes ({n} to read);"
+                " not an AMQP broker Herald talks to"
+            )
+        return await super().readexactly(n)
+
+
+class _Transport:
+    """aiormq's transport factory (its documented ``transport_factory`` hook): the
+    socket goes to the URL's host — the pinned address — and TLS verifies
+    ``server_hostname`` (the broker's name); frames are read through
+    :class:`_BoundedReader`."""
+
+    def __init__(self, context: ssl.SSLContext | None, server_hostname: str | None) -> None:
+        self._context = context
+        self._server_hostname = server_hostname
+
+    async def create(
+        self, url: Any, **kwargs: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        from aiormq.exceptions import AMQPConnectionError
+
+        loop = asyncio.get_running_loop()
+        reader = _BoundedReader(limit=2**16, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.create_connection(
+                lambda: protocol,
+                url.host,
+                url.port,
+                ssl=self._context,
+                server_hostname=self._server_hostname if self._context is not None else None,
+            )
+        except OSError as exc:
+            raise AMQPConnectionError(*exc.args) from exc
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+@functools.cache
+def _connection_class() -> type[aio_pika.RobustConnection]:
+    """aio-pika's robust connection, also passing ``transport_factory`` on to aiormq.
+
+    aio-pika forwards to aiormq only the connection parameters it declares
+    (``PARAMETERS``, its extension point); aiormq opens the socket through the
+    ``transport_factory`` it is given.
     """
     import aio_pika
     from aio_pika.abc import ConnectionParameter
 
-    class PinnedConnection(aio_pika.RobustConnection):
+    class Connection(aio_pika.RobustConnection):
         PARAMETERS = (
             *aio_pika.RobustConnection.PARAMETERS,
-            ConnectionParameter(name="server_hostname", parser=str, is_kwarg=True),
+            ConnectionParameter(
+                name="transport_factory", parser=lambda value: value, is_kwarg=True
+            ),
         )
 
-    return PinnedConnection
+    return Connection
 
 
 class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
@@ -371,9 +427,8 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
 
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
-        extra: dict[str, Any] = {}
-        if key.tls and address != key.host:
-            extra["server_hostname"] = key.host  # TLS checks the name, not the address
+        # The socket goes to the address; TLS checks the broker's name.
+        transport = _Transport(context, key.host if key.tls else None)
         url = aio_pika.connection.make_url(
             host=address,
             port=key.port,
@@ -382,19 +437,20 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
             virtualhost=key.vhost,
             ssl=key.tls,
         )
-        connection = _pinned_connection_class()(
+        bound = min(CONNECT_TIMEOUT_SECONDS, self.timeout)
+        connection = _connection_class()(
             url,
             ssl_context=context,
             reconnect_interval=RECONNECT_INTERVAL_SECONDS,
             client_properties={"connection_name": "herald"},
-            **extra,
+            transport_factory=transport,
         )
         try:
-            await connection.connect(timeout=min(CONNECT_TIMEOUT_SECONDS, self.timeout))
+            await connection.connect(timeout=bound)
         except BaseException as exc:
             await connection.close()
             if isinstance(exc, Exception):
-                raise _Refused(_connect_failure(exc, key, prep.password)) from exc
+                raise _Refused(_connect_failure(exc, key, prep.password, bound)) from exc
             raise
         return _Broker(
             connection,
@@ -495,14 +551,12 @@ async def _close_channel(item: tuple[AbstractRobustChannel, AbstractExchange]) -
     await item[0].close()
 
 
-def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
+def _connect_failure(exc: Exception, key: BrokerKey, password: str, bound: float) -> Result:
     import aiormq
 
     where = f"{'amqps' if key.tls else 'amqp'}://{key.host}:{key.port}"
     if isinstance(exc, TimeoutError):
-        return Result.retryable(
-            f"no AMQP connection to {where} within {CONNECT_TIMEOUT_SECONDS:g} s"
-        )
+        return Result.retryable(f"no AMQP connection to {where} within {bound:g} s")
     if isinstance(
         exc, aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError
     ):
@@ -510,7 +564,10 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
             masked(f"authentication failed for user {key.username!r} at {where}: {exc}", password)
         )
     closed_530 = isinstance(exc, aiormq.exceptions.ConnectionClosed) and exc.args[:1] == (530,)
-    if isinstance(exc, aiormq.exceptions.InvalidFrameError) or closed_530:
+    refused_open = isinstance(exc, aiormq.exceptions.InvalidFrameError) and (
+        "Connection.OpenOk" in str(exc)
+    )
+    if refused_open or closed_530:
         # RabbitMQ answers connection.open with a close (530 NOT_ALLOWED) when the vhost
         # is missing or the user has no permission on it; aiormq reports that as an
         # unexpected frame.
@@ -525,11 +582,19 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
 
 
 def _cert_failure(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(
-            seen
+    """Whether ``exc`` or an error it was raised from is a failed certificate check.
+
+    The chain is walked once per exception: aiormq's errors can chain back to
+    themselves (a peer that closes before the protocol header is answered), and
+    following such a cycle would spin on the event loop for good.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError) or (
+            "CERTIFICATE_VERIFY_FAILED" in str(current)
         ):
             return True
-        seen = seen.__cause__ or seen.__context__
+        current = current.__cause__ or current.__context__
     return False
