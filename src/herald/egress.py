@@ -346,7 +346,7 @@ class TargetCheck:
     def __init__(self, egress: EgressPolicy, *, ttl: float = 10.0) -> None:
         self._egress = egress
         self._ttl = ttl
-        self._pins: dict[str, tuple[float, str]] = {}
+        self._pins: dict[str, tuple[float, str, tuple[str, ...]]] = {}
 
     async def check(self, url: str) -> None:
         """Refuse ``url``'s host unless it resolves only to permitted addresses."""
@@ -374,13 +374,22 @@ class TargetCheck:
         chosen = cached[1] if cached is not None and cached[1] in addresses else addresses[0]
         if len(self._pins) > 10_000:
             self._pins.clear()
-        self._pins[host] = (now + self._ttl, chosen)
+        self._pins[host] = (now + self._ttl, chosen, tuple(addresses))
         return chosen
 
     def pinned(self, url: str) -> str | None:
         """The address the last :meth:`pin` of ``url``'s host chose, without resolving
         again (None if it was never pinned or under ``allow_private``)."""
+        addresses = self.checked(url)
+        return addresses[0] if addresses else None
+
+    def checked(self, url: str) -> list[str]:
+        """Every address the last :meth:`pin` of ``url``'s host checked, the pinned one
+        first (empty if it was never pinned or under ``allow_private``): a client that
+        can try several addresses falls back to these, never to a new lookup."""
         if self._egress.allow_private:
-            return None
+            return []
         cached = self._pins.get(urlsplit(url).hostname or "")
-        return None if cached is None else cached[1]
+        if cached is None:
+            return []
+        return [cached[1], *(a for a in cached[2] if a != cached[1])]

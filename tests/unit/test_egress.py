@@ -502,6 +502,8 @@ async def test_pin_answers_one_checked_address_and_remembers_it() -> None:
     dns.answers["mq.example"] = ["127.0.0.1"]  # rebound after the check
     assert await check.pin("tcp://mq.example:5672") == "10.0.0.5"  # remembered, not resolved
     assert check.pinned("tcp://mq.example:1") == "10.0.0.5"
+    assert check.checked("tcp://mq.example") == ["10.0.0.5", "10.0.0.6"]  # fallbacks after
+    assert check.checked("tcp://other.example") == []
     assert dns.lookups == 1
 
 
@@ -521,6 +523,7 @@ async def test_pin_keeps_its_address_while_the_name_still_resolves_to_it() -> No
     assert await check.pin("tcp://mq.example") == "10.0.0.5"
     dns.answers["mq.example"] = ["10.0.0.6", "10.0.0.5"]
     assert await check.pin("tcp://mq.example") == "10.0.0.5"
+    assert check.checked("tcp://mq.example") == ["10.0.0.5", "10.0.0.6"]
     dns.answers["mq.example"] = ["10.0.0.6"]
     assert await check.pin("tcp://mq.example") == "10.0.0.6"
 
@@ -547,4 +550,5 @@ async def test_nothing_is_pinned_when_private_networks_are_allowed() -> None:
     check = TargetCheck(EgressPolicy(allow_private=True, resolver=dns))
     assert await check.pin("tcp://localhost:5672") is None
     assert check.pinned("tcp://localhost:5672") is None
+    assert check.checked("tcp://localhost:5672") == []
     assert dns.lookups == 0

@@ -39,6 +39,8 @@ token audiences and the namespace stay the connection string's, and TLS checks
 the certificate against the dialled host name (an ``ssl.SSLContext`` that
 ignores the address it is asked to verify and uses the name). The SDK never
 resolves the name itself. The pinned address is part of the sender's key.
+The SDK takes one address, so there is no fallback to a name's other addresses
+within an attempt.
 """
 
 from __future__ import annotations

@@ -417,12 +417,17 @@ class Adapter(ABC):
         RuntimeError if ``target`` was never checked: a type that forgot to declare
         a host in :meth:`dialled` fails loudly instead of dialling it unchecked.
         """
+        return self.addresses(target)[0]
+
+    def addresses(self, target: Dial) -> list[str]:
+        """:meth:`address` first, then the other addresses the same check resolved and
+        permitted: fallbacks for a client that can try several (never a new lookup)."""
         if self.ctx.egress.allow_private:
-            return target.host
-        pinned = self._dial_checks.pinned(target.address)
-        if pinned is None:
+            return [target.host]
+        checked = self._dial_checks.checked(target.address)
+        if not checked:
             raise RuntimeError(f"{self.type_id}: {target.host} was never checked against egress")
-        return pinned
+        return checked
 
     def _ambient_allowed(self, tenant_id: str) -> bool:
         return tenant_id in self.ctx.settings.security.ambient_credentials_tenants

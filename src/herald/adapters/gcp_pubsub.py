@@ -33,7 +33,9 @@ set to the host name so HTTP/2 ``:authority``, JWT audiences and the TLS
 certificate check still use the name. gRPC never resolves the name itself. The
 pinned address is part of the client's key, so a name that moves to another
 permitted address gets a new channel (the old one closes once idle). Google's
-own ``pubsub.googleapis.com`` is not a dialled host and is not pinned.
+own ``pubsub.googleapis.com`` is not a dialled host and is not pinned. The
+other addresses the same check permitted (of the pinned one's IP family) follow
+in the target's address list, so gRPC falls back to them, never to a lookup.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import asyncio
 import dataclasses
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -218,14 +221,24 @@ class _ClientKey:
     """The checked address the channel is pinned to (None: gRPC resolves the host)."""
 
 
-def pinned_target(host_port: str, address: str | None) -> tuple[str, tuple[tuple[str, Any], ...]]:
+def pinned_target(
+    host_port: str, addresses: Sequence[str] = ()
+) -> tuple[str, tuple[tuple[str, Any], ...]]:
     """The gRPC target for ``host_port`` (``host:port``) and the channel options that pin
-    it to ``address`` while the name stays the authority and the TLS name."""
+    it to the checked ``addresses`` (the pinned one first; gRPC tries a list in order,
+    so the others of its family follow as fallbacks) while the name stays the
+    authority and the TLS name. Unpinned (no addresses, or the host is itself the
+    address): the target as it is."""
     host, _, port = host_port.rpartition(":")
     name = host.strip("[]")
-    if address is None or address == name:
+    if not addresses or addresses[0] == name:
         return host_port, ()
-    target = f"ipv6:[{address}]:{port}" if ":" in address else f"ipv4:{address}:{port}"
+    v6 = ":" in addresses[0]
+    same = [a for a in addresses if (":" in a) == v6]
+    if v6:
+        target = "ipv6:" + ",".join(f"[{a}]:{port}" for a in same)
+    else:
+        target = "ipv4:" + ",".join(f"{a}:{port}" for a in same)
     return target, (
         ("grpc.default_authority", host_port),
         ("grpc.ssl_target_name_override", name),
@@ -248,9 +261,12 @@ def _client_key(config: PubSubConfig) -> _ClientKey:
     return _ClientKey(endpoint, f"sa:{digest}")
 
 
-async def _open_client(key: _ClientKey, service_account_json: str | None) -> PublisherAsyncClient:
-    """A client for ``key``; always with an explicit transport, so no process-wide
-    setting (``PUBSUB_EMULATOR_HOST``) can redirect it."""
+async def _open_client(
+    key: _ClientKey, service_account_json: str | None, addresses: Sequence[str] = ()
+) -> PublisherAsyncClient:
+    """A client for ``key``, its channel pinned to the checked ``addresses`` when there
+    are any; always with an explicit transport, so no process-wide setting
+    (``PUBSUB_EMULATOR_HOST``) can redirect it."""
     import grpc
     from google.auth.credentials import Credentials
     from google.oauth2 import service_account
@@ -258,7 +274,7 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
 
     if key.endpoint is not None and not key.endpoint.tls:
-        target, pin = pinned_target(key.endpoint.target, key.address)
+        target, pin = pinned_target(key.endpoint.target, addresses)
         channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS + pin)
         transport = PublisherGrpcAsyncIOTransport(host=key.endpoint.target, channel=channel)
         return PublisherAsyncClient(transport=transport)
@@ -278,7 +294,7 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
             credentials, _ = await asyncio.to_thread(google.auth.default, scopes=PUBSUB_SCOPES)
         universe = getattr(credentials, "universe_domain", DEFAULT_UNIVERSE)
     host = key.endpoint.target if key.endpoint is not None else f"pubsub.{universe}:443"
-    target, pin = pinned_target(host, key.address)
+    target, pin = pinned_target(host, addresses)
 
     def open_channel(_host: str, **kwargs: Any) -> grpc.aio.Channel:
         # The transport's own channel (credentials, scopes, options), to the pinned target.
@@ -332,12 +348,16 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
 
         key = _client_key(config)
         dialled = self.dialled(config)
-        if dialled:  # checked and pinned by deliver(); gRPC connects to that address
-            key = dataclasses.replace(key, address=self.address(dialled[0]))
+        # Checked and pinned by deliver(); gRPC connects to that address (the others the
+        # same check permitted as fallbacks). The key names the pinned one only, so a
+        # round-robin answer does not open a channel per order.
+        addresses = self.addresses(dialled[0]) if dialled else []
+        if addresses:
+            key = dataclasses.replace(key, address=addresses[0])
         message = PubsubMessage(data=event.envelope(), attributes=event.metadata())
         try:
             async with self.clients.use(
-                key, lambda: _open_client(key, config.service_account_json)
+                key, lambda: _open_client(key, config.service_account_json, addresses)
             ) as client:
                 response = await client.publish(
                     topic=config.topic_path, messages=[message], retry=None, timeout=self.timeout

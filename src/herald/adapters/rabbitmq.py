@@ -21,7 +21,8 @@ without a Herald restart.
 
 Egress: the broker's host is resolved and checked by the egress policy before
 each attempt (a pass is remembered for seconds) and the connection goes to the
-one address that check pinned — aio-pika is handed the IP, never the name, and
+address that check pinned (if it refuses, the other addresses the same check
+permitted, in turn) — aiormq's socket is opened to the IP, never the name, and
 TLS still verifies the broker's certificate against the host name (SNI). So a
 name that answers a permitted address for the check and a private one a moment
 later cannot steer the connection. The pinned address is part of the
@@ -325,11 +326,18 @@ class _BoundedReader(asyncio.StreamReader):
 
 class _Transport:
     """aiormq's transport factory (its documented ``transport_factory`` hook): the
-    socket goes to the URL's host — the pinned address — and TLS verifies
-    ``server_hostname`` (the broker's name); frames are read through
+    socket goes to the checked ``addresses`` — the pinned one, then the others the
+    same check permitted, in turn, as asyncio would try a name's addresses — and TLS
+    verifies ``server_hostname`` (the broker's name); frames are read through
     :class:`_BoundedReader`."""
 
-    def __init__(self, context: ssl.SSLContext | None, server_hostname: str | None) -> None:
+    def __init__(
+        self,
+        addresses: list[str],
+        context: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> None:
+        self._addresses = addresses
         self._context = context
         self._server_hostname = server_hostname
 
@@ -339,19 +347,24 @@ class _Transport:
         from aiormq.exceptions import AMQPConnectionError
 
         loop = asyncio.get_running_loop()
-        reader = _BoundedReader(limit=2**16, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-        try:
-            transport, _ = await loop.create_connection(
-                lambda: protocol,
-                url.host,
-                url.port,
-                ssl=self._context,
-                server_hostname=self._server_hostname if self._context is not None else None,
-            )
-        except OSError as exc:
-            raise AMQPConnectionError(*exc.args) from exc
-        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+        failure: OSError | None = None
+        for address in self._addresses:
+            reader = _BoundedReader(limit=2**16, loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            try:
+                transport, _ = await loop.create_connection(
+                    functools.partial(_as_is, protocol),
+                    address,
+                    url.port,
+                    ssl=self._context,
+                    server_hostname=self._server_hostname if self._context is not None else None,
+                )
+            except OSError as exc:
+                failure = exc
+                continue
+            return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+        assert failure is not None
+        raise AMQPConnectionError(*failure.args) from failure
 
 
 def _as_is(value: Any) -> Any:
@@ -409,10 +422,11 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
     async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, RabbitMQConfig)
         prep = self._prepared.get(dest, config)
-        address = self.address(self.dialled(config)[0])  # checked and pinned by deliver()
+        # Checked and pinned by deliver(): the pinned address first, then its fallbacks.
+        addresses = self.addresses(self.dialled(config)[0])
         try:
             async with self.clients.use(
-                (prep.key, address), lambda: self._connect(prep, address)
+                (prep.key, addresses[0]), lambda: self._connect(prep, addresses)
             ) as broker:
                 return await self._publish(broker, prep, event)
         except _Refused as exc:
@@ -420,17 +434,18 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
         except ShuttingDown as exc:
             return Result.retryable(str(exc))
 
-    async def _connect(self, prep: _Prepared, address: str) -> _Broker:
-        """Open the robust connection for ``prep.key`` to ``address`` (the pinned IP, or
-        the host name when nothing is pinned); _Refused if the broker says no."""
+    async def _connect(self, prep: _Prepared, addresses: list[str]) -> _Broker:
+        """Open the robust connection for ``prep.key`` to the first of ``addresses`` that
+        answers (checked addresses, the pinned one first; or the host name when nothing
+        is pinned); _Refused if the broker says no."""
         import aio_pika
 
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
         # The socket goes to the address; TLS checks the broker's name.
-        transport = _Transport(context, key.host if key.tls else None)
+        transport = _Transport(addresses, context, key.host if key.tls else None)
         url = aio_pika.connection.make_url(
-            host=address,
+            host=addresses[0],
             port=key.port,
             login=key.username,
             password=prep.password,

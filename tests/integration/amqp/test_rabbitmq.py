@@ -555,6 +555,34 @@ async def test_the_connection_goes_to_the_address_the_egress_check_pinned(
     assert dns.policy_lookups == 1  # the second attempt reused the pinned pass
 
 
+async def test_a_refusing_pinned_address_falls_back_to_the_other_checked_ones(
+    exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name with two permitted addresses, the first refusing connections (as an
+    unreachable IPv6 address of a dual-stack name would): the connection goes to
+    the second, which the same check permitted, without resolving again."""
+    refusing = loopback_address()
+    dns = Rebinding(REBIND_NAME, HOST)
+    dns.install(monkeypatch)
+    networks = (ipaddress.ip_network(refusing), ipaddress.ip_network(HOST))
+
+    async def both(host: str) -> list[str]:
+        await dns.resolve(host)
+        return [refusing, HOST]
+
+    policy = EgressPolicy(allowed_networks=networks, resolver=both)
+    a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=policy))
+    try:
+        raw = {"server_url": f"{REBIND_NAME}:{PORT}", "exchange": exchange, **GUEST}
+        result, event, _ = await send(a, raw)
+    finally:
+        await a.close()
+    assert result.outcome is Outcome.SUCCESS, result
+    message = await read_message(broker.GUEST_URL, exchange, event.id)
+    assert message.body == event.envelope()
+    assert dns.sdk_lookups == 0
+
+
 async def test_tls_to_a_pinned_address_still_verifies_the_broker_name(
     trust: PrivateBroker, private_exchange: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ mapping, credentials over TLS, client reuse and the config validation table."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import uuid
 from typing import Any
@@ -467,3 +468,32 @@ async def test_a_tls_channel_to_a_pinned_address_still_verifies_the_host_name(
             assert published is None
             assert result.error is not None
             assert "Peer name pubsub.other.test is not in peer certificate" in result.error
+
+
+async def test_a_refusing_pinned_address_falls_back_to_the_other_checked_ones(
+    fake_publisher: FakePublisher,
+) -> None:
+    """Two permitted addresses, the first refusing connections: the channel's address
+    list carries both, in order, so gRPC reaches the server at the second."""
+    await fake_publisher.create_topic(PROJECT, "events")
+    refusing = loopback_address()
+
+    async def both(host: str) -> list[str]:
+        assert host == "pubsub.rebind.test"
+        return [refusing, "127.0.0.1"]
+
+    networks = (ipaddress.ip_network(refusing), ipaddress.ip_network("127.0.0.1"))
+    policy = EgressPolicy(allowed_networks=networks, resolver=both)
+    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=policy))
+    raw = {
+        "project_id": PROJECT,
+        "topic": "events",
+        "endpoint_url": f"pubsub.rebind.test:{fake_publisher.port}",
+    }
+    event = make_event()
+    try:
+        result = await publish(a, raw, event)
+    finally:
+        await a.close()
+    assert result.outcome is Outcome.SUCCESS, result
+    assert find(await fake_publisher.messages(PROJECT, "events"), event.id) is not None
