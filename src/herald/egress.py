@@ -363,14 +363,18 @@ class TargetCheck:
         if cached is not None and cached[0] > now:
             return cached[1]
         literal = _parse_ip(host)
-        if literal is not None:
-            self._egress.check_ip(str(literal), host)
-            addresses = [str(literal)]
-        else:
-            try:
+        try:
+            if literal is not None:
+                self._egress.check_ip(str(literal), host)
+                addresses = [str(literal)]
+            else:
                 addresses = await resolve_and_check(host, self._egress)
-            except ValidationError as exc:
-                raise EgressDenied(exc.message) from exc
+        except ValidationError as exc:
+            self._pins.pop(host, None)
+            raise EgressDenied(exc.message) from exc
+        except EgressDenied:
+            self._pins.pop(host, None)  # no stale address to read back
+            raise
         chosen = cached[1] if cached is not None and cached[1] in addresses else addresses[0]
         if len(self._pins) > 10_000:
             self._pins.clear()

@@ -514,6 +514,7 @@ async def test_pin_refuses_a_rebound_name_once_the_pass_expires() -> None:
     dns.answers["mq.example"] = ["10.0.0.7", "169.254.169.254"]
     with pytest.raises(EgressDenied, match=r"169\.254\.169\.254"):
         await check.pin("tcp://mq.example")
+    assert check.pinned("tcp://mq.example") is None  # nothing stale to read back
 
 
 async def test_pin_keeps_its_address_while_the_name_still_resolves_to_it() -> None:
