@@ -77,10 +77,10 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 300.0
 """A connection (or channel) no attempt used for this long is closed."""
 RECONNECT_INTERVAL_SECONDS = 2.0
+"""Pause between the robust connection's reconnect attempts while the broker is away."""
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 """Largest AMQP frame Herald reads (brokers negotiate 128 KiB by default): a peer that
 announces more is not a broker Herald talks to."""
-"""Pause between the robust connection's reconnect attempts while the broker is away."""
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
 _TRUE = frozenset({"true", "on"})
@@ -385,9 +385,7 @@ def _connection_class() -> type[aio_pika.RobustConnection]:
     class Connection(aio_pika.RobustConnection):
         PARAMETERS = (
             *aio_pika.RobustConnection.PARAMETERS,
-            ConnectionParameter(
-                name="transport_factory", parser=lambda value: value, is_kwarg=True
-            ),
+            ConnectionParameter(name="transport_factory", parser=_as_is, is_kwarg=True),
         )
 
     return Connection
