@@ -1,9 +1,18 @@
-"""SSRF guard for webhook egress: which addresses Herald may connect to.
+"""SSRF guard for egress: which addresses Herald may connect to.
 
-The guard sits in the resolver aiohttp connects through, so the address that is checked is
-the address that is dialled; a DNS answer that changes between checks (rebinding) cannot
-slip past it. aiohttp never calls the resolver for hosts that look like IP literals, so
-those are checked separately by :func:`check_url_host`.
+For HTTP the guard sits in the resolver aiohttp connects through
+(:class:`GuardedResolver`), so the address that is checked is the address that is
+dialled; a DNS answer that changes between checks (rebinding) cannot slip past it.
+aiohttp never calls the resolver for hosts that look like IP literals, so those are
+checked separately by :func:`check_url_host`.
+
+For the SDKs that resolve on their own (aio-pika, Azure's AMQP, gRPC),
+:class:`TargetCheck` resolves once, checks every answer and *pins* one of them: the
+adapter hands the SDK that address to connect to, with TLS still verified against the
+host name, so the SDK never resolves the name itself.
+
+Where names are resolved is the policy's ``resolver`` (the system's by default), so a
+test can answer the check with one address and any later lookup with another.
 """
 
 from __future__ import annotations
@@ -14,7 +23,8 @@ import ipaddress
 import re
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -26,16 +36,27 @@ from herald.errors import EgressDenied, ValidationError
 __all__ = [
     "EgressPolicy",
     "GuardedResolver",
+    "Resolve",
     "TargetCheck",
     "check_target",
     "check_url_host",
     "is_public_address",
     "resolve_and_check",
+    "system_resolve",
 ]
 
 RESOLVE_TIMEOUT_SECONDS = 5.0
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolve = Callable[[str], Awaitable[list[str]]]
+"""A host name → its addresses (text), in the order to try them; OSError if it has none."""
+
+
+async def system_resolve(host: str) -> list[str]:
+    """The system resolver's addresses for ``host`` (getaddrinfo, off the event loop)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(sockaddr[0]) for *_, sockaddr in infos))
 
 
 def _ranges(*cidrs: str) -> tuple[tuple[int, int], ...]:
@@ -122,6 +143,13 @@ class EgressPolicy:
 
     allow_private: bool = False
     allowed_networks: tuple[IPNetwork, ...] = ()
+    resolver: Resolve | None = field(default=None, compare=False, hash=False, repr=False)
+    """How :func:`resolve_and_check` and :class:`TargetCheck` resolve names (None: the
+    system's, :func:`system_resolve`). Not part of the policy's identity."""
+
+    async def resolve(self, host: str) -> list[str]:
+        """The addresses of ``host`` through :attr:`resolver`."""
+        return await (self.resolver or system_resolve)(host)
 
     def permits(self, ip_str: str) -> bool:
         """True if connecting to the address ``ip_str`` is allowed; unparseable means no."""
@@ -245,26 +273,27 @@ def check_url_host(url: str, policy: EgressPolicy) -> None:
         policy.check_ip(str(ip), host)
 
 
-async def resolve_and_check(host: str, policy: EgressPolicy) -> None:
-    """Resolve ``host`` now and refuse it if any of its addresses is not permitted.
+async def resolve_and_check(host: str, policy: EgressPolicy) -> list[str]:
+    """Resolve ``host`` now (through ``policy.resolver``) and refuse it if any of its
+    addresses is not permitted; return the addresses, every one of them checked.
 
-    Meant for create-time validation; connect time is still guarded by GuardedResolver.
-    Raises ValidationError if the host does not resolve.
+    Raises EgressDenied for a refused address, ValidationError if the host does not resolve.
     """
     name = host.strip("[]")
     if not name:
         raise ValidationError("host is empty")
-    loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ValidationError(f"host {host!r} does not resolve: {exc.strerror}") from None
+        addresses = await policy.resolve(name)
     except UnicodeError:
         raise ValidationError(f"host {host!r} is not a valid host name") from None
-    if not infos:
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ValidationError(f"host {host!r} does not resolve: {reason}") from None
+    if not addresses:
         raise ValidationError(f"host {host!r} does not resolve")
-    for *_, sockaddr in infos:
-        policy.check_ip(str(sockaddr[0]), host)
+    for address in addresses:
+        policy.check_ip(address, host)
+    return addresses
 
 
 async def check_target(url: str, policy: EgressPolicy, *, field: str) -> None:
@@ -296,31 +325,75 @@ async def check_target(url: str, policy: EgressPolicy, *, field: str) -> None:
 
 
 class TargetCheck:
-    """Resolve-and-check of target hosts, with a short cache of hosts that passed.
+    """Resolve-and-check of target hosts that pins the address to dial.
 
-    For connections whose resolver Herald does not own: a proxy resolves the
-    target itself, and so do the SDKs that cannot take a resolver (aio-pika,
-    Azure's AMQP, gRPC). The check cannot pin the address they then connect to:
-    a proxy must refuse private ranges too (documented). A host that does not
-    resolve raises EgressDenied whose ``__cause__`` is the ValidationError.
+    For connections whose resolver Herald does not own: the SDKs that cannot take
+    a resolver (aio-pika, Azure's AMQP, gRPC), and a proxy, which resolves the
+    target itself. :meth:`pin` resolves the host through the policy, refuses it
+    unless every address is permitted, and answers the one address the
+    connection must go to; the adapter hands the SDK that address (TLS still
+    verifies the host name), so a DNS answer that changes after the check
+    (rebinding) is never dialled. A proxy cannot be pinned: it must refuse
+    private ranges too (documented).
+
+    A pass is remembered for ``ttl`` seconds, so an attempt costs a dictionary
+    look-up. When it is checked again the same address is kept while the host
+    still resolves to it (round-robin DNS does not churn pooled connections keyed
+    by it). A host that does not resolve raises EgressDenied whose ``__cause__``
+    is the ValidationError. Under ``allow_private`` nothing is checked or pinned.
     """
 
     def __init__(self, egress: EgressPolicy, *, ttl: float = 10.0) -> None:
         self._egress = egress
         self._ttl = ttl
-        self._ok: dict[str, float] = {}
+        self._pins: dict[str, tuple[float, str, tuple[str, ...]]] = {}
 
     async def check(self, url: str) -> None:
+        """Refuse ``url``'s host unless it resolves only to permitted addresses."""
+        await self.pin(url)
+
+    async def pin(self, url: str) -> str | None:
+        """The checked address of ``url``'s host to connect to (None under ``allow_private``:
+        there is nothing to hold the connection to, and the SDK resolves as it likes)."""
         if self._egress.allow_private:
-            return
+            return None
         host = urlsplit(url).hostname or ""
         now = time.monotonic()
-        if self._ok.get(host, 0.0) > now:
-            return
+        cached = self._pins.get(host)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        literal = _parse_ip(host)
         try:
-            await resolve_and_check(host, self._egress)
+            if literal is not None:
+                self._egress.check_ip(str(literal), host)
+                addresses = [str(literal)]
+            else:
+                addresses = await resolve_and_check(host, self._egress)
         except ValidationError as exc:
+            self._pins.pop(host, None)
             raise EgressDenied(exc.message) from exc
-        if len(self._ok) > 10_000:
-            self._ok.clear()
-        self._ok[host] = now + self._ttl
+        except EgressDenied:
+            self._pins.pop(host, None)  # no stale address to read back
+            raise
+        chosen = cached[1] if cached is not None and cached[1] in addresses else addresses[0]
+        if len(self._pins) > 10_000:
+            self._pins.clear()
+        self._pins[host] = (now + self._ttl, chosen, tuple(addresses))
+        return chosen
+
+    def pinned(self, url: str) -> str | None:
+        """The address the last :meth:`pin` of ``url``'s host chose, without resolving
+        again (None if it was never pinned or under ``allow_private``)."""
+        addresses = self.checked(url)
+        return addresses[0] if addresses else None
+
+    def checked(self, url: str) -> list[str]:
+        """Every address the last :meth:`pin` of ``url``'s host checked, the pinned one
+        first (empty if it was never pinned or under ``allow_private``): a client that
+        can try several addresses falls back to these, never to a new lookup."""
+        if self._egress.allow_private:
+            return []
+        cached = self._pins.get(urlsplit(url).hostname or "")
+        if cached is None:
+            return []
+        return [cached[1], *(a for a in cached[2] if a != cached[1])]

@@ -334,3 +334,60 @@ async def test_malformed_config_is_422_over_the_api_without_echoing_secrets(
     assert password not in json.dumps(body)
     assert await h.astop() == 0
     assert password not in h.log()
+
+
+async def test_a_server_url_that_is_no_broker_leaves_the_daemon_responsive(
+    sqlite_herald: HeraldFactory,
+) -> None:
+    """A "broker" that accepts TCP and closes at once: every attempt fails retryably
+    within its deadline, and the daemon keeps answering meanwhile (it used to spin on
+    the error's self-referencing cause chain, for good, on its event loop)."""
+    accepted = 0
+
+    async def close_at_once(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        writer.close()
+
+    server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    h = sqlite_herald(
+        {
+            # The guard on, the peer's network allowed: the attempt is pinned as in production.
+            "security": {"allow_private_networks": False, "allowed_networks": ["127.0.0.1/32"]},
+            "delivery": {"adapter_timeout_seconds": 2, "max_retries": 30},
+        }
+    )
+    try:
+        await h.astart()
+        await create(
+            h,
+            {
+                "name": "not-a-broker",
+                "type": "rabbitmq",
+                "rabbitmq": {
+                    "server_url": f"127.0.0.1:{port}",
+                    "exchange": "x",
+                    "username": "guest",
+                    "password": "guest-password",
+                },
+                "events": ["*"],
+            },
+        )
+        sql = "SELECT outcome, error, duration_ms FROM herald_attempts ORDER BY started_at"
+        deadline = time.monotonic() + 30
+        while len(attempts := h.query(sql)) < 3:
+            assert time.monotonic() < deadline, f"{attempts}\n{h.log()[-2000:]}"
+            started = time.monotonic()
+            status, _ = await asyncio.to_thread(h.get, "/healthz")
+            assert status == 200
+            assert time.monotonic() - started < 1.0, "the daemon answered slowly"
+            await asyncio.sleep(0.05)
+        assert accepted >= 3
+        for outcome, error, duration_ms in attempts:
+            assert outcome == "failure_retryable", (outcome, error)
+            assert "cannot connect to amqp://127.0.0.1" in error, error
+            assert duration_ms < 2000, duration_ms
+    finally:
+        server.close()
+        await h.astop()

@@ -171,7 +171,10 @@ async def test_an_attempt_to_a_host_the_policy_refuses_dials_nothing(
     raw = hostile(type_id, listener.port)
     if type_id == "gcp_pubsub":  # a universe is always on port 443: the endpoint instead
         raw = {**raw, "service_account_json": sa_json()}
-        raw["endpoint_url"] = f"https://localhost:{listener.port}"
+        # Plain text: a TLS channel made here, before tests/integration/gcp sets the
+        # process's gRPC roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, read once), would
+        # leave every later TLS test of the run without them.
+        raw["endpoint_url"] = f"http://localhost:{listener.port}"
     strict = registry(EgressPolicy())
     try:
         result = await attempt(strict, type_id, raw, "default")

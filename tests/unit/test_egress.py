@@ -14,6 +14,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from herald.egress import (
     EgressPolicy,
     GuardedResolver,
+    TargetCheck,
     check_url_host,
     is_public_address,
     resolve_and_check,
@@ -453,3 +454,102 @@ async def test_resolve_and_check_accepts_public_literal() -> None:
 async def test_resolve_and_check_unresolvable(host: str) -> None:
     with pytest.raises(ValidationError):
         await resolve_and_check(host, STRICT)
+
+
+# --- TargetCheck: resolve once, check, pin ------------------------------------------------------
+class Answers:
+    """A resolver whose answers the test changes between lookups."""
+
+    def __init__(self, **answers: list[str]) -> None:
+        self.answers = {name.replace("_", "."): ips for name, ips in answers.items()}
+        self.lookups = 0
+
+    async def __call__(self, host: str) -> list[str]:
+        self.lookups += 1
+        if host not in self.answers:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return list(self.answers[host])
+
+
+def policy_with(dns: Answers, *networks: str) -> EgressPolicy:
+    return EgressPolicy(
+        allowed_networks=tuple(ipaddress.ip_network(n) for n in networks), resolver=dns
+    )
+
+
+async def test_resolve_and_check_uses_the_policys_resolver() -> None:
+    dns = Answers(mq_example=["10.0.0.5", "10.0.0.6"])
+    assert await resolve_and_check("mq.example", policy_with(dns, "10.0.0.0/24")) == [
+        "10.0.0.5",
+        "10.0.0.6",
+    ]
+    with pytest.raises(EgressDenied, match=r"10\.0\.0\.6"):
+        await resolve_and_check("mq.example", policy_with(dns, "10.0.0.5/32"))
+    with pytest.raises(ValidationError, match="does not resolve"):
+        await resolve_and_check("other.example", policy_with(dns))
+
+
+def test_the_resolver_is_not_part_of_the_policys_identity() -> None:
+    assert policy_with(Answers()) == policy_with(Answers())
+    assert hash(policy_with(Answers())) == hash(EgressPolicy())
+
+
+async def test_pin_answers_one_checked_address_and_remembers_it() -> None:
+    dns = Answers(mq_example=["10.0.0.5", "10.0.0.6"])
+    check = TargetCheck(policy_with(dns, "10.0.0.0/24"))
+    assert check.pinned("tcp://mq.example:5672") is None
+    assert await check.pin("tcp://mq.example:5672") == "10.0.0.5"
+    dns.answers["mq.example"] = ["127.0.0.1"]  # rebound after the check
+    assert await check.pin("tcp://mq.example:5672") == "10.0.0.5"  # remembered, not resolved
+    assert check.pinned("tcp://mq.example:1") == "10.0.0.5"
+    assert check.checked("tcp://mq.example") == ["10.0.0.5", "10.0.0.6"]  # fallbacks after
+    assert check.checked("tcp://other.example") == []
+    assert dns.lookups == 1
+
+
+async def test_pin_refuses_a_rebound_name_once_the_pass_expires() -> None:
+    dns = Answers(mq_example=["10.0.0.5"])
+    check = TargetCheck(policy_with(dns, "10.0.0.0/24"), ttl=0.0)
+    assert await check.pin("tcp://mq.example") == "10.0.0.5"
+    dns.answers["mq.example"] = ["10.0.0.7", "169.254.169.254"]
+    with pytest.raises(EgressDenied, match=r"169\.254\.169\.254"):
+        await check.pin("tcp://mq.example")
+    assert check.pinned("tcp://mq.example") is None  # nothing stale to read back
+
+
+async def test_pin_keeps_its_address_while_the_name_still_resolves_to_it() -> None:
+    """Round-robin DNS must not move a pooled connection on every re-check."""
+    dns = Answers(mq_example=["10.0.0.5", "10.0.0.6"])
+    check = TargetCheck(policy_with(dns, "10.0.0.0/24"), ttl=0.0)
+    assert await check.pin("tcp://mq.example") == "10.0.0.5"
+    dns.answers["mq.example"] = ["10.0.0.6", "10.0.0.5"]
+    assert await check.pin("tcp://mq.example") == "10.0.0.5"
+    assert check.checked("tcp://mq.example") == ["10.0.0.5", "10.0.0.6"]
+    dns.answers["mq.example"] = ["10.0.0.6"]
+    assert await check.pin("tcp://mq.example") == "10.0.0.6"
+
+
+async def test_pin_of_an_unresolvable_name_is_egress_denied_caused_by_validation() -> None:
+    check = TargetCheck(policy_with(Answers()))
+    with pytest.raises(EgressDenied) as denied:
+        await check.pin("tcp://nowhere.example")
+    assert isinstance(denied.value.__cause__, ValidationError)
+
+
+async def test_pin_of_a_literal_checks_it_without_resolving() -> None:
+    dns = Answers()
+    check = TargetCheck(policy_with(dns, "10.0.0.0/8"))
+    assert await check.pin("tcp://10.1.2.3:5672") == "10.1.2.3"
+    assert await check.pin("tcp://[2606:4700:4700::1111]:443") == "2606:4700:4700::1111"
+    with pytest.raises(EgressDenied):
+        await check.pin("tcp://127.0.0.1")
+    assert dns.lookups == 0
+
+
+async def test_nothing_is_pinned_when_private_networks_are_allowed() -> None:
+    dns = Answers()
+    check = TargetCheck(EgressPolicy(allow_private=True, resolver=dns))
+    assert await check.pin("tcp://localhost:5672") is None
+    assert check.pinned("tcp://localhost:5672") is None
+    assert check.checked("tcp://localhost:5672") == []
+    assert dns.lookups == 0

@@ -30,6 +30,17 @@ address — a gateway or a private endpoint — while tokens are still issued fo
 the namespace (the SDK's ``custom_endpoint_address``, kept on AMQP over TCP;
 WebSockets are not offered). Through a custom endpoint the SDK reports refused
 credentials as a connection error, so they are retryable there.
+
+Egress: the dialled host (``endpoint_url`` when set, else the connection
+string's ``Endpoint``) is resolved and checked before each attempt, and the SDK
+connects to exactly the address that check pinned: it is handed as the SDK's
+``custom_endpoint_address`` (AMQP over TCP), while the AMQP ``hostname``, the
+token audiences and the namespace stay the connection string's, and TLS checks
+the certificate against the dialled host name (an ``ssl.SSLContext`` that
+ignores the address it is asked to verify and uses the name). The SDK never
+resolves the name itself. The pinned address is part of the sender's key.
+The SDK takes one address, so there is no fallback to a name's other addresses
+within an attempt.
 """
 
 from __future__ import annotations
@@ -189,6 +200,8 @@ class _SenderKey:
     """SHA-256 fingerprint of the connection string (never the string)."""
     entity: str
     endpoint: str | None
+    address: str
+    """Where the connection goes: the pinned address, or the dialled host name."""
 
 
 class _Sender:
@@ -292,6 +305,41 @@ def _tls_context() -> ssl.SSLContext:
     return context
 
 
+class _NamedTLS(ssl.SSLContext):
+    """A client TLS context that verifies the peer as ``name`` (and sends it as SNI),
+    whatever host the connection was opened to: the SDK opens it to the pinned
+    address and would otherwise check the certificate against that."""
+
+    name: str
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return super().wrap_bio(incoming, outgoing, server_side, self.name, session)
+
+
+def named_tls_context(name: str, *, cafile: str | None = None) -> ssl.SSLContext:
+    """A client TLS context that sends ``name`` as SNI and verifies the certificate
+    against it, whatever host the connection is opened to; trusting ``cafile``
+    (certifi's roots, as the SDK does, by default). Loading roots takes CPU: build
+    it off the event loop."""
+    context = _NamedTLS(ssl.PROTOCOL_TLS_CLIENT)
+    context.name = name
+    context.load_verify_locations(cafile or certifi.where())
+    return context
+
+
+@functools.lru_cache(maxsize=64)
+def _named_tls(name: str) -> ssl.SSLContext:
+    """:func:`named_tls_context` for ``name``, built once per name."""
+    return named_tls_context(name)
+
+
 class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
     type_id = "azure_servicebus"
     aliases = ("cloudC_servicebus",)
@@ -316,7 +364,7 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
     def open_timeout(self) -> float:
         return min(OPEN_TIMEOUT_SECONDS, self.timeout)
 
-    async def _open(self, config: ServiceBusConfig) -> _Sender:
+    async def _open(self, config: ServiceBusConfig, address: str) -> _Sender:
         from azure.servicebus import TransportType
         from azure.servicebus.aio import ServiceBusClient
 
@@ -328,9 +376,16 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
             "retry_backoff_max": 1.0,
             "retry_mode": "fixed",
         }
-        kwargs["ssl_context"] = await asyncio.to_thread(_tls_context)
-        if config.endpoint_url is not None:
-            kwargs["custom_endpoint_address"] = normalize_endpoint(config.endpoint_url)
+        target = self.dialled(config)[0]
+        if address != target.host:  # pinned: connect there, verify TLS against the name
+            host = f"[{address}]" if ":" in address else address
+            kwargs["custom_endpoint_address"] = f"sb://{host}:{target.port}"
+            kwargs["ssl_context"] = await asyncio.to_thread(_named_tls, target.host)
+        else:
+            kwargs["ssl_context"] = await asyncio.to_thread(_tls_context)
+            if config.endpoint_url is not None:
+                kwargs["custom_endpoint_address"] = normalize_endpoint(config.endpoint_url)
+        if "custom_endpoint_address" in kwargs:
             # The SDK would switch to AMQP over WebSockets for a custom endpoint.
             kwargs["transport_type"] = TransportType.Amqp
         client = ServiceBusClient.from_connection_string(config.connection_string, **kwargs)
@@ -365,14 +420,17 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
             )
         except ValueError as exc:
             return Result.permanent(f"cannot be a Service Bus message: {exc}")
+        # Checked and pinned by deliver(): the SDK connects to that address.
+        address = self.address(self.dialled(config)[0])
         key = _SenderKey(
             hashlib.sha256(config.connection_string.encode()).hexdigest(),
             config.name,
             config.endpoint_url,
+            address,
         )
         stage = "connect"
         try:
-            async with self.clients.use(key, lambda: self._open(config)) as handle:
+            async with self.clients.use(key, lambda: self._open(config, address)) as handle:
                 stage = "send"
                 try:
                     async with asyncio.timeout(self.timeout):

@@ -321,8 +321,11 @@ class Adapter(ABC):
     """True when every connection to a dialled host resolves through
     :class:`~herald.egress.GuardedResolver`, so the address checked is the
     address dialled. Otherwise each attempt resolves and checks the dialled
-    hosts itself first (a pass is remembered for seconds), and the SDK then
-    resolves again on its own."""
+    hosts first (:class:`~herald.egress.TargetCheck`; a pass is remembered for
+    seconds) and pins one checked address per host, and :meth:`publish` must
+    make the SDK connect to exactly that address (:meth:`address`), with TLS
+    still verified against the host name: the SDK never resolves a dialled
+    name itself."""
 
     def __init__(self, ctx: AdapterContext) -> None:
         self.ctx = ctx
@@ -395,7 +398,7 @@ class Adapter(ABC):
             try:
                 check_url_host(target.address, self.ctx.egress)  # IP literals
                 if not self.resolves_through_guard:
-                    await self._dial_checks.check(target.address)
+                    await self._dial_checks.pin(target.address)
             except EgressDenied as exc:
                 if isinstance(exc.__cause__, ValidationError):  # did not resolve (now)
                     return Result.retryable(f"connection failed: {exc.message}")
@@ -403,6 +406,28 @@ class Adapter(ABC):
             except ValidationError as exc:
                 return Result.permanent(f"{self.type_id}.{target.field}: {exc.message}")
         return None
+
+    def address(self, target: Dial) -> str:
+        """The address :meth:`publish` must make the SDK connect to for ``target``: the
+        one this attempt's egress check resolved and pinned (read back without
+        resolving again), or the host name itself when the policy allows every
+        address (``security.allow_private_networks``: nothing to hold it to).
+
+        An adapter must connect there and verify TLS against ``target.host``.
+        RuntimeError if ``target`` was never checked: a type that forgot to declare
+        a host in :meth:`dialled` fails loudly instead of dialling it unchecked.
+        """
+        return self.addresses(target)[0]
+
+    def addresses(self, target: Dial) -> list[str]:
+        """:meth:`address` first, then the other addresses the same check resolved and
+        permitted: fallbacks for a client that can try several (never a new lookup)."""
+        if self.ctx.egress.allow_private:
+            return [target.host]
+        checked = self._dial_checks.checked(target.address)
+        if not checked:
+            raise RuntimeError(f"{self.type_id}: {target.host} was never checked against egress")
+        return checked
 
     def _ambient_allowed(self, tenant_id: str) -> bool:
         return tenant_id in self.ctx.settings.security.ambient_credentials_tenants

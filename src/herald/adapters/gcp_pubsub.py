@@ -24,13 +24,27 @@ called at publish time.
   does, but per destination: that process-wide variable is ignored);
 - ``https://host[:port]`` — a locational or Private Service Connect endpoint,
   over TLS with the destination's credentials.
+
+Egress: a dialled host (the ``endpoint_url``, or ``pubsub.<universe>`` of a key
+naming its own universe) is resolved and checked before each attempt and the
+channel goes to exactly the address that check pinned: an ``ipv4:``/``ipv6:``
+target, with ``grpc.default_authority`` and ``grpc.ssl_target_name_override``
+set to the host name so HTTP/2 ``:authority``, JWT audiences and the TLS
+certificate check still use the name. gRPC never resolves the name itself. The
+pinned address is part of the client's key, so a name that moves to another
+permitted address gets a new channel (the old one closes once idle). Google's
+own ``pubsub.googleapis.com`` is not a dialled host and is not pinned. The
+other addresses the same check permitted (of the pinned one's IP family) follow
+in the target's address list, so gRPC falls back to them, never to a lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -62,7 +76,7 @@ DEFAULT_UNIVERSE = "googleapis.com"
 PUBSUB_SCOPES = ("https://www.googleapis.com/auth/pubsub",)
 IDLE_CLOSE_SECONDS = 600.0
 ADC_TIMEOUT_SECONDS = 15.0
-CHANNEL_OPTIONS = (
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
     ("grpc.keepalive_time_ms", 30_000),
@@ -203,6 +217,32 @@ class _ClientKey:
     endpoint: Endpoint | None
     credentials: str
     """``anonymous``, ``adc`` or a SHA-256 fingerprint of the key (never the key)."""
+    address: str | None = None
+    """The checked address the channel is pinned to (None: gRPC resolves the host)."""
+
+
+def pinned_target(
+    host_port: str, addresses: Sequence[str] = ()
+) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The gRPC target for ``host_port`` (``host:port``) and the channel options that pin
+    it to the checked ``addresses`` (the pinned one first; gRPC tries a list in order,
+    so the others of its family follow as fallbacks) while the name stays the
+    authority and the TLS name. Unpinned (no addresses, or the host is itself the
+    address): the target as it is."""
+    host, _, port = host_port.rpartition(":")
+    name = host.strip("[]")
+    if not addresses or addresses[0] == name:
+        return host_port, ()
+    v6 = ":" in addresses[0]
+    same = [a for a in addresses if (":" in a) == v6]
+    if v6:
+        target = "ipv6:" + ",".join(f"[{a}]:{port}" for a in same)
+    else:
+        target = "ipv4:" + ",".join(f"{a}:{port}" for a in same)
+    return target, (
+        ("grpc.default_authority", host_port),
+        ("grpc.ssl_target_name_override", name),
+    )
 
 
 def universe_of(service_account_json: str) -> str:
@@ -221,9 +261,12 @@ def _client_key(config: PubSubConfig) -> _ClientKey:
     return _ClientKey(endpoint, f"sa:{digest}")
 
 
-async def _open_client(key: _ClientKey, service_account_json: str | None) -> PublisherAsyncClient:
-    """A client for ``key``; always with an explicit transport, so no process-wide
-    setting (``PUBSUB_EMULATOR_HOST``) can redirect it."""
+async def _open_client(
+    key: _ClientKey, service_account_json: str | None, addresses: Sequence[str] = ()
+) -> PublisherAsyncClient:
+    """A client for ``key``, its channel pinned to the checked ``addresses`` when there
+    are any; always with an explicit transport, so no process-wide setting
+    (``PUBSUB_EMULATOR_HOST``) can redirect it."""
     import grpc
     from google.auth.credentials import Credentials
     from google.oauth2 import service_account
@@ -231,7 +274,8 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
     from google.pubsub_v1.services.publisher.transports import PublisherGrpcAsyncIOTransport
 
     if key.endpoint is not None and not key.endpoint.tls:
-        channel = grpc.aio.insecure_channel(key.endpoint.target, options=CHANNEL_OPTIONS)
+        target, pin = pinned_target(key.endpoint.target, addresses)
+        channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS + pin)
         transport = PublisherGrpcAsyncIOTransport(host=key.endpoint.target, channel=channel)
         return PublisherAsyncClient(transport=transport)
     credentials: Credentials
@@ -250,8 +294,15 @@ async def _open_client(key: _ClientKey, service_account_json: str | None) -> Pub
             credentials, _ = await asyncio.to_thread(google.auth.default, scopes=PUBSUB_SCOPES)
         universe = getattr(credentials, "universe_domain", DEFAULT_UNIVERSE)
     host = key.endpoint.target if key.endpoint is not None else f"pubsub.{universe}:443"
+    target, pin = pinned_target(host, addresses)
+
+    def open_channel(_host: str, **kwargs: Any) -> grpc.aio.Channel:
+        # The transport's own channel (credentials, scopes, options), to the pinned target.
+        kwargs["options"] = [*kwargs.get("options", ()), *pin]
+        return PublisherGrpcAsyncIOTransport.create_channel(target, **kwargs)
+
     transport = PublisherGrpcAsyncIOTransport(
-        host=host, credentials=credentials, always_use_jwt_access=True
+        host=host, credentials=credentials, always_use_jwt_access=True, channel=open_channel
     )
     return PublisherAsyncClient(transport=transport)
 
@@ -296,10 +347,17 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
         from google.pubsub_v1.types import PubsubMessage
 
         key = _client_key(config)
+        dialled = self.dialled(config)
+        # Checked and pinned by deliver(); gRPC connects to that address (the others the
+        # same check permitted as fallbacks). The key names the pinned one only, so a
+        # round-robin answer does not open a channel per order.
+        addresses = self.addresses(dialled[0]) if dialled else []
+        if addresses:
+            key = dataclasses.replace(key, address=addresses[0])
         message = PubsubMessage(data=event.envelope(), attributes=event.metadata())
         try:
             async with self.clients.use(
-                key, lambda: _open_client(key, config.service_account_json)
+                key, lambda: _open_client(key, config.service_account_json, addresses)
             ) as client:
                 response = await client.publish(
                     topic=config.topic_path, messages=[message], retry=None, timeout=self.timeout

@@ -19,6 +19,17 @@ connection reconnects in the background; attempts meanwhile fail fast as
 retryable, and the engine's retry schedule carries the events over the outage
 without a Herald restart.
 
+Egress: the broker's host is resolved and checked by the egress policy before
+each attempt (a pass is remembered for seconds) and the connection goes to the
+address that check pinned (if it refuses, the other addresses the same check
+permitted, in turn) — aiormq's socket is opened to the IP, never the name, and
+TLS still verifies the broker's certificate against the host name (SNI). So a
+name that answers a permitted address for the check and a private one a moment
+later cannot steer the connection. The pinned address is part of the
+connection's key: when the name moves to another permitted address, new
+attempts open a connection there, and the old one closes once idle. Its
+background reconnects keep to the address it was opened for.
+
 Credentials: ``server_url`` may be ``amqp://user:pass@host:port/vhost``. The
 user and password are moved into ``username`` and ``password`` at validation
 (an explicit field wins over its counterpart in the URL) and ``server_url`` is
@@ -29,6 +40,7 @@ field: encrypted at rest, masked on output, never logged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import ssl
 from dataclasses import dataclass
@@ -66,6 +78,9 @@ IDLE_CLOSE_SECONDS = 300.0
 """A connection (or channel) no attempt used for this long is closed."""
 RECONNECT_INTERVAL_SECONDS = 2.0
 """Pause between the robust connection's reconnect attempts while the broker is away."""
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+"""Largest AMQP frame Herald reads (brokers negotiate 128 KiB by default): a peer that
+announces more is not a broker Herald talks to."""
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
 _TRUE = frozenset({"true", "on"})
@@ -292,7 +307,91 @@ def _prepare(dest: Destination, config: RabbitMQConfig) -> _Prepared:
     )
 
 
-class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
+class _BoundedReader(asyncio.StreamReader):
+    """A stream reader that refuses to wait for a frame larger than MAX_FRAME_BYTES.
+
+    aiormq reads a frame by its declared length (``readexactly``) without a bound, so
+    a peer that declares a frame of gigabytes and streams it would make Herald buffer
+    all of it (about 1 GB in 3 s on loopback) before the attempt's deadline ends it.
+    """
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > MAX_FRAME_BYTES:
+            raise ConnectionError(
+                f"the peer announced a frame of over {MAX_FRAME_BYTES} bytes ({n} to read);"
+                " not an AMQP broker Herald talks to"
+            )
+        return await super().readexactly(n)
+
+
+class _Transport:
+    """aiormq's transport factory (its documented ``transport_factory`` hook): the
+    socket goes to the checked ``addresses`` — the pinned one, then the others the
+    same check permitted, in turn, as asyncio would try a name's addresses — and TLS
+    verifies ``server_hostname`` (the broker's name); frames are read through
+    :class:`_BoundedReader`."""
+
+    def __init__(
+        self,
+        addresses: list[str],
+        context: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> None:
+        self._addresses = addresses
+        self._context = context
+        self._server_hostname = server_hostname
+
+    async def create(
+        self, url: Any, **kwargs: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        from aiormq.exceptions import AMQPConnectionError
+
+        loop = asyncio.get_running_loop()
+        failure: OSError | None = None
+        for address in self._addresses:
+            reader = _BoundedReader(limit=2**16, loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            try:
+                transport, _ = await loop.create_connection(
+                    functools.partial(_as_is, protocol),
+                    address,
+                    url.port,
+                    ssl=self._context,
+                    server_hostname=self._server_hostname if self._context is not None else None,
+                )
+            except OSError as exc:
+                failure = exc
+                continue
+            return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+        assert failure is not None
+        raise AMQPConnectionError(*failure.args) from failure
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+@functools.cache
+def _connection_class() -> type[aio_pika.RobustConnection]:
+    """aio-pika's robust connection, also passing ``transport_factory`` on to aiormq.
+
+    aio-pika forwards to aiormq only the connection parameters it declares
+    (``PARAMETERS``, its extension point); aiormq opens the socket through the
+    ``transport_factory`` it is given.
+    """
+    import aio_pika
+    from aio_pika.abc import ConnectionParameter
+
+    class Connection(aio_pika.RobustConnection):
+        PARAMETERS = (
+            *aio_pika.RobustConnection.PARAMETERS,
+            ConnectionParameter(name="transport_factory", parser=_as_is, is_kwarg=True),
+        )
+
+    return Connection
+
+
+class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
     type_id = "rabbitmq"
     aliases = ("amqp_broker",)
     config_model = RabbitMQConfig
@@ -311,7 +410,8 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
         await client.close()
 
     def dialled(self, config: DestinationConfig) -> list[Dial]:
-        """The broker of ``server_url`` (aio-pika resolves it; each attempt checks first)."""
+        """The broker of ``server_url`` (each attempt checks it and connects to the
+        address the check pinned)."""
         assert isinstance(config, RabbitMQConfig)
         address = parse_server_url(config.server_url)
         port = address.port or (AMQPS_PORT if config.use_tls else AMQP_PORT)
@@ -320,40 +420,50 @@ class RabbitMQAdapter(PooledAdapter[BrokerKey, _Broker]):
     async def publish(self, dest: Destination, config: DestinationConfig, event: Event) -> Result:
         assert isinstance(config, RabbitMQConfig)
         prep = self._prepared.get(dest, config)
+        # Checked and pinned by deliver(): the pinned address first, then its fallbacks.
+        addresses = self.addresses(self.dialled(config)[0])
         try:
-            async with self.clients.use(prep.key, lambda: self._connect(prep)) as broker:
+            async with self.clients.use(
+                (prep.key, addresses[0]), lambda: self._connect(prep, addresses)
+            ) as broker:
                 return await self._publish(broker, prep, event)
         except _Refused as exc:
             return exc.result
         except ShuttingDown as exc:
             return Result.retryable(str(exc))
 
-    async def _connect(self, prep: _Prepared) -> _Broker:
-        """Open the robust connection for ``prep.key``; _Refused if the broker says no."""
+    async def _connect(self, prep: _Prepared, addresses: list[str]) -> _Broker:
+        """Open the robust connection for ``prep.key`` to the first of ``addresses`` that
+        answers (checked addresses, the pinned one first; or the host name when nothing
+        is pinned); _Refused if the broker says no."""
         import aio_pika
 
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
+        # The socket goes to the address; TLS checks the broker's name.
+        transport = _Transport(addresses, context, key.host if key.tls else None)
         url = aio_pika.connection.make_url(
-            host=key.host,
+            host=addresses[0],
             port=key.port,
             login=key.username,
             password=prep.password,
             virtualhost=key.vhost,
             ssl=key.tls,
         )
-        connection = aio_pika.RobustConnection(
+        bound = min(CONNECT_TIMEOUT_SECONDS, self.timeout)
+        connection = _connection_class()(
             url,
             ssl_context=context,
             reconnect_interval=RECONNECT_INTERVAL_SECONDS,
             client_properties={"connection_name": "herald"},
+            transport_factory=transport,
         )
         try:
-            await connection.connect(timeout=min(CONNECT_TIMEOUT_SECONDS, self.timeout))
+            await connection.connect(timeout=bound)
         except BaseException as exc:
             await connection.close()
             if isinstance(exc, Exception):
-                raise _Refused(_connect_failure(exc, key, prep.password)) from exc
+                raise _Refused(_connect_failure(exc, key, prep.password, bound)) from exc
             raise
         return _Broker(
             connection,
@@ -454,14 +564,12 @@ async def _close_channel(item: tuple[AbstractRobustChannel, AbstractExchange]) -
     await item[0].close()
 
 
-def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
+def _connect_failure(exc: Exception, key: BrokerKey, password: str, bound: float) -> Result:
     import aiormq
 
     where = f"{'amqps' if key.tls else 'amqp'}://{key.host}:{key.port}"
     if isinstance(exc, TimeoutError):
-        return Result.retryable(
-            f"no AMQP connection to {where} within {CONNECT_TIMEOUT_SECONDS:g} s"
-        )
+        return Result.retryable(f"no AMQP connection to {where} within {bound:g} s")
     if isinstance(
         exc, aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.AuthenticationError
     ):
@@ -469,7 +577,10 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
             masked(f"authentication failed for user {key.username!r} at {where}: {exc}", password)
         )
     closed_530 = isinstance(exc, aiormq.exceptions.ConnectionClosed) and exc.args[:1] == (530,)
-    if isinstance(exc, aiormq.exceptions.InvalidFrameError) or closed_530:
+    refused_open = isinstance(exc, aiormq.exceptions.InvalidFrameError) and (
+        "Connection.OpenOk" in str(exc)
+    )
+    if refused_open or closed_530:
         # RabbitMQ answers connection.open with a close (530 NOT_ALLOWED) when the vhost
         # is missing or the user has no permission on it; aiormq reports that as an
         # unexpected frame.
@@ -484,11 +595,19 @@ def _connect_failure(exc: Exception, key: BrokerKey, password: str) -> Result:
 
 
 def _cert_failure(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(
-            seen
+    """Whether ``exc`` or an error it was raised from is a failed certificate check.
+
+    The chain is walked once per exception: aiormq's errors can chain back to
+    themselves (a peer that closes before the protocol header is answered), and
+    following such a cycle would spin on the event loop for good.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError) or (
+            "CERTIFICATE_VERIFY_FAILED" in str(current)
         ):
             return True
-        seen = seen.__cause__ or seen.__context__
+        current = current.__cause__ or current.__context__
     return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from herald.adapters.base import Adapter, AdapterContext, DestinationConfig, Result
 from herald.adapters.rabbitmq import RabbitMQAdapter, RabbitMQConfig
 from herald.adapters.registry import Registry
-from herald.config import Settings
+from herald.config import DeliverySettings, Settings
 from herald.egress import EgressPolicy
 from herald.errors import ValidationError
 from herald.model import VERIFICATION_EVENT_TYPE, Destination, Event, Outcome
@@ -28,6 +29,7 @@ from herald.views import destination_view
 from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
 from tests.integration.amqp import broker
 from tests.integration.amqp.broker import HOST, PORT, BrokerUser, Inspector, PrivateBroker
+from tests.integration.rebinding import Listener, Rebinding, loopback_address
 from tests.support.daemon import free_port
 
 GUEST = {"username": "guest", "password": "guest"}
@@ -522,3 +524,185 @@ def test_target_follows_where_messages_go_not_who_sends_them(registry: Registry)
     assert target() != target(server_url="mq:5673")
     assert target() != target(server_url="amqp://mq:5672/prod")
     assert target() != target(tls="true")
+
+
+# --- egress: the connection goes to the address the check pinned (issue 18, item 1) ----------
+REBIND_NAME = "broker.rebind.test"
+
+
+async def test_the_connection_goes_to_the_address_the_egress_check_pinned(
+    exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check sees 127.0.0.1 (allowed); every later lookup of the name answers
+    another loopback address, where a listener counts connections. aio-pika is
+    handed the checked address, so it never resolves the name and never gets there."""
+    dns = Rebinding(REBIND_NAME, HOST, later=loopback_address())
+    dns.install(monkeypatch)
+    decoy = await Listener(dns.later or "", PORT).start()
+    a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+    try:
+        raw = {"server_url": f"{REBIND_NAME}:{PORT}", "exchange": exchange, **GUEST}
+        for _ in range(2):
+            result, event, _ = await send(a, raw)
+            assert result.outcome is Outcome.SUCCESS, result
+            message = await read_message(broker.GUEST_URL, exchange, event.id)
+            assert message.body == event.envelope()
+    finally:
+        await a.close()
+        await decoy.stop()
+    assert decoy.connections == 0
+    assert dns.sdk_lookups == 0  # aio-pika never resolved the name
+    assert dns.policy_lookups == 1  # the second attempt reused the pinned pass
+
+
+async def test_a_refusing_pinned_address_falls_back_to_the_other_checked_ones(
+    exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name with two permitted addresses, the first refusing connections (as an
+    unreachable IPv6 address of a dual-stack name would): the connection goes to
+    the second, which the same check permitted, without resolving again."""
+    refusing = loopback_address()
+    dns = Rebinding(REBIND_NAME, HOST)
+    dns.install(monkeypatch)
+    networks = (ipaddress.ip_network(refusing), ipaddress.ip_network(HOST))
+
+    async def both(host: str) -> list[str]:
+        await dns.resolve(host)
+        return [refusing, HOST]
+
+    policy = EgressPolicy(allowed_networks=networks, resolver=both)
+    a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=policy))
+    try:
+        raw = {"server_url": f"{REBIND_NAME}:{PORT}", "exchange": exchange, **GUEST}
+        result, event, _ = await send(a, raw)
+    finally:
+        await a.close()
+    assert result.outcome is Outcome.SUCCESS, result
+    message = await read_message(broker.GUEST_URL, exchange, event.id)
+    assert message.body == event.envelope()
+    assert dns.sdk_lookups == 0
+
+
+async def test_tls_to_a_pinned_address_still_verifies_the_broker_name(
+    trust: PrivateBroker, private_exchange: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The certificate covers ``localhost`` and 127.0.0.1. Pinned to 127.0.0.1 the
+    connection verifies the name it was given: ``localhost`` passes, a name the
+    certificate does not cover is refused although the address it reached is in it."""
+    for name, expected in (("localhost", Outcome.SUCCESS), (REBIND_NAME, None)):
+        dns = Rebinding(name, HOST)  # the SDK itself could not resolve the name at all
+        dns.install(monkeypatch)
+        a = RabbitMQAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+        raw = {
+            "server_url": f"amqps://{name}:{trust.tls_port}",
+            "exchange": private_exchange,
+            **GUEST,
+        }
+        try:
+            result, event, _ = await send(a, raw)
+        finally:
+            await a.close()
+        assert dns.sdk_lookups == 0
+        if expected is Outcome.SUCCESS:
+            assert result.outcome is Outcome.SUCCESS, result
+            message = await read_message(trust.url, private_exchange, event.id)
+            assert message.body == event.envelope()
+        else:
+            assert result.outcome is Outcome.FAILURE_PERMANENT, result
+            assert result.error is not None
+            assert "certificate verification failed" in result.error
+            assert REBIND_NAME in result.error
+
+
+# --- a hostile "broker": the attempt fails retryably within its deadline, the loop runs on -----
+async def _hostile_peer(
+    behaviour: str, reader: asyncio.StreamReader, w: asyncio.StreamWriter
+) -> None:
+    try:
+        if behaviour == "closes at once":
+            pass
+        elif behaviour == "answers HTTP and closes":
+            w.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        elif behaviour == "answers an undecodable frame":
+            w.write(b"\x01\x00\x00\x00\x00\x00\x04abcdX")
+        elif behaviour == "streams an endless frame":
+            w.write(b"\x01\x00\x00\xff\xff\xff\xff")
+            for _ in range(2000):  # 128 MB if anybody buffered it
+                w.write(b"\xff" * 65536)
+                await w.drain()
+        elif behaviour == "says nothing":
+            await asyncio.sleep(30)
+        await w.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        w.close()
+
+
+def _attempt_in_own_loop(behaviour: str, deadline: float) -> tuple[Result, float, float]:
+    """One attempt against the hostile peer, on an event loop of its own thread (a loop
+    that stalls for good cannot time itself out); (result, seconds, longest loop gap)."""
+    box: dict[str, tuple[Result, float, float]] = {}
+
+    async def main() -> tuple[Result, float, float]:
+        server = await asyncio.start_server(
+            lambda r, w: _hostile_peer(behaviour, r, w), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        settings = Settings(delivery=DeliverySettings(adapter_timeout_seconds=deadline))
+        a = RabbitMQAdapter(AdapterContext(settings=settings, egress=LOOPBACK_ALLOWED))
+        gaps = [0.0]
+        ticking = True
+
+        async def ticker() -> None:
+            last = time.monotonic()
+            while ticking:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        started = time.monotonic()
+        try:
+            raw = {"server_url": f"127.0.0.1:{port}", "exchange": "x", **GUEST}
+            result, _, _ = await send(a, raw)
+            took = time.monotonic() - started
+        finally:
+            ticking = False
+            await tick
+            await a.close()
+            server.close()
+        return result, took, max(gaps)
+
+    def run() -> None:
+        box["value"] = asyncio.run(main())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline + 10)
+    assert not thread.is_alive(), f"{behaviour}: the attempt's event loop stalled"
+    return box["value"]
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [
+        "closes at once",
+        "answers HTTP and closes",
+        "answers an undecodable frame",
+        "streams an endless frame",
+        "says nothing",
+    ],
+)
+def test_a_peer_that_is_no_broker_fails_the_attempt_retryably_within_its_deadline(
+    behaviour: str,
+) -> None:
+    deadline = 1.5
+    result, took, longest_gap = _attempt_in_own_loop(behaviour, deadline)
+    assert result.outcome is Outcome.FAILURE_RETRYABLE, result
+    assert took < deadline + 0.5, (took, result)
+    assert longest_gap < 0.5, f"the event loop stalled for {longest_gap:.2f} s"
+    if behaviour == "streams an endless frame":  # refused at its header, not buffered
+        assert result.error is not None
+        assert "announced a frame of over 8388608 bytes" in result.error, result.error

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from herald.adapters.azure_servicebus import (
     ServiceBusAdapter,
     ServiceBusConfig,
+    named_tls_context,
     normalize_endpoint,
     parse_connection_string,
 )
@@ -28,6 +31,8 @@ from tests.contract.adapter_contract import AdapterContract, make_destination, m
 from tests.integration.azure.broker import Broker, sas_ok, sas_token, subscription_path
 from tests.integration.azure.conftest import ENTITY, receive
 from tests.integration.conftest import closed_port
+from tests.integration.gcp.peers import TLS_NAME, Tls
+from tests.integration.rebinding import Listener, Rebinding, loopback_address
 
 
 class TestServiceBusContract(AdapterContract):
@@ -462,3 +467,73 @@ async def test_topic_name_fans_out_to_every_subscription() -> None:
     finally:
         await adapter.close()
         broker.stop()
+
+
+# --- egress: the connection goes to the address the check pinned (issue 18, item 1) -----------
+async def test_the_connection_goes_to_the_address_the_egress_check_pinned(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check sees 127.0.0.1 (allowed); every later lookup of the name answers
+    another loopback address, where a listener on the broker's port counts
+    connections. The SDK is handed the checked address, never the name."""
+    name = "sb.rebind.test"
+    dns = Rebinding(name, "127.0.0.1", later=loopback_address())
+    dns.install(monkeypatch)
+    decoy = await Listener(dns.later or "", broker.port).start()
+    a = ServiceBusAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+    raw = {
+        "name": ENTITY,
+        "connection_string": broker.connection_string().replace("127.0.0.1", name),
+    }
+    config = ServiceBusConfig.model_validate(raw)
+    events = [make_event(), make_event()]
+    try:
+        for event in events:
+            result = await asyncio.wait_for(
+                a.deliver(make_destination("azure_servicebus", config), config, event), 30
+            )
+            assert result.outcome is Outcome.SUCCESS, result
+    finally:
+        await a.close()
+        await decoy.stop()
+    got = await receive(broker.connection_string(), ENTITY, 2)
+    assert [m.message_id for m in got] == [e.id for e in events]
+    assert decoy.connections == 0
+    assert dns.sdk_lookups == 0  # the SDK never resolved the name
+    assert dns.policy_lookups == 1  # the second attempt reused the pinned pass and sender
+
+
+async def test_tls_to_a_pinned_address_verifies_the_host_name(tmp_path: Path) -> None:
+    """The context the adapter hands the SDK for a pinned connection checks the
+    certificate against the dialled name, whatever address the SDK connected to
+    (the test broker speaks no TLS, so this is the context against a TLS server)."""
+    tls = Tls.generate()  # covers 127.0.0.1 and TLS_NAME
+    (tmp_path / "cert.pem").write_bytes(tls.cert_pem)
+    (tmp_path / "key.pem").write_bytes(tls.key_pem)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    async def handshake(name: str) -> str | None:
+        served: list[str | None] = []
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server_context.sni_callback = lambda sock, sni, ctx: served.append(sni)
+        server = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=server_context)
+        port = server.sockets[0].getsockname()[1]
+        client = named_tls_context(name, cafile=str(tmp_path / "cert.pem"))
+        try:
+            # As the SDK opens it: to the (pinned) address, naming the address.
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname="127.0.0.1"
+            )
+            writer.close()
+            return served[0] if served else None
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert await handshake(TLS_NAME) == TLS_NAME  # SNI names the host, and it verifies
+    with pytest.raises(ssl.SSLCertVerificationError, match=r"pubsub\.other\.test"):
+        await handshake("pubsub.other.test")  # 127.0.0.1 is in the certificate: not enough

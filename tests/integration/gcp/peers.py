@@ -214,9 +214,14 @@ class EmulatorPeer:
 
 
 # --- the in-process server ------------------------------------------------------------
+TLS_NAME = "pubsub.pinned.test"
+"""A name the certificate also covers (no resolver knows it; tests pin it to 127.0.0.1)."""
+
+
 @dataclass
 class Tls:
-    """A throwaway CA-less certificate for 127.0.0.1, trusted through a roots file."""
+    """A throwaway CA-less certificate for 127.0.0.1 (and TLS_NAME), trusted through a
+    roots file."""
 
     cert_pem: bytes
     key_pem: bytes
@@ -237,7 +242,9 @@ class Tls:
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=1))
             .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(TLS_NAME)]
+                ),
                 critical=False,
             )
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

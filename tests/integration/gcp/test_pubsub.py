@@ -4,6 +4,7 @@ mapping, credentials over TLS, client reuse and the config validation table."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import uuid
 from typing import Any
@@ -21,7 +22,15 @@ from herald.model import Event, Outcome
 from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
 from tests.integration.conftest import closed_port
 from tests.integration.gcp.conftest import PROJECT
-from tests.integration.gcp.peers import FakePublisher, Peer, ServiceAccount, find, wait_for
+from tests.integration.gcp.peers import (
+    TLS_NAME,
+    FakePublisher,
+    Peer,
+    ServiceAccount,
+    find,
+    wait_for,
+)
+from tests.integration.rebinding import Rebinding, loopback_address
 
 
 def new_topic() -> str:
@@ -398,3 +407,93 @@ def test_key_is_sensitive_and_not_part_of_the_target() -> None:
 def test_endpoint_forms(value: str, target: str, tls: bool) -> None:
     endpoint = parse_endpoint(value)
     assert (endpoint.target, endpoint.tls) == (target, tls)
+
+
+# --- egress: the channel goes to the address the check pinned (issue 18, item 1) -------------
+def pinned_adapter(dns: Rebinding) -> PubSubAdapter:
+    return PubSubAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+
+
+async def test_a_plaintext_channel_goes_to_the_address_the_egress_check_pinned(
+    fake_publisher: FakePublisher,
+) -> None:
+    """The check answers 127.0.0.1 for a name no other resolver knows: gRPC, handed
+    the name, would fail to resolve it; pinned, it reaches the server there."""
+    await fake_publisher.create_topic(PROJECT, "events")
+    dns = Rebinding("pubsub.rebind.test", "127.0.0.1", later=loopback_address())
+    a = pinned_adapter(dns)
+    raw = {
+        "project_id": PROJECT,
+        "topic": "events",
+        "endpoint_url": f"pubsub.rebind.test:{fake_publisher.port}",
+    }
+    try:
+        for _ in range(2):
+            event = make_event()
+            result = await publish(a, raw, event)
+            assert result.outcome is Outcome.SUCCESS, result
+            assert find(await fake_publisher.messages(PROJECT, "events"), event.id) is not None
+    finally:
+        await a.close()
+    assert dns.policy_lookups == 1  # the second attempt reused the pinned pass and channel
+
+
+async def test_a_tls_channel_to_a_pinned_address_still_verifies_the_host_name(
+    secure_publisher: FakePublisher, trusted_account: ServiceAccount
+) -> None:
+    """The certificate covers 127.0.0.1 and TLS_NAME. Pinned to 127.0.0.1, the channel
+    verifies the name it was given: TLS_NAME passes (and the JWT is accepted), a name
+    the certificate does not cover is refused although the address is in it."""
+    await secure_publisher.create_topic(PROJECT, "events")
+    for name, ok in ((TLS_NAME, True), ("pubsub.other.test", False)):
+        dns = Rebinding(name, "127.0.0.1")
+        a = pinned_adapter(dns)
+        raw = {
+            "project_id": PROJECT,
+            "topic": "events",
+            "endpoint_url": f"https://{name}:{secure_publisher.port}",
+            "service_account_json": trusted_account.json,
+        }
+        event = make_event()
+        try:
+            result = await publish(a, raw, event)
+        finally:
+            await a.close()
+        published = find(await secure_publisher.messages(PROJECT, "events"), event.id)
+        if ok:
+            assert result.outcome is Outcome.SUCCESS, result
+            assert published is not None
+        else:
+            assert result.outcome is Outcome.FAILURE_RETRYABLE, result
+            assert published is None
+            assert result.error is not None
+            assert "Peer name pubsub.other.test is not in peer certificate" in result.error
+
+
+async def test_a_refusing_pinned_address_falls_back_to_the_other_checked_ones(
+    fake_publisher: FakePublisher,
+) -> None:
+    """Two permitted addresses, the first refusing connections: the channel's address
+    list carries both, in order, so gRPC reaches the server at the second."""
+    await fake_publisher.create_topic(PROJECT, "events")
+    refusing = loopback_address()
+
+    async def both(host: str) -> list[str]:
+        assert host == "pubsub.rebind.test"
+        return [refusing, "127.0.0.1"]
+
+    networks = (ipaddress.ip_network(refusing), ipaddress.ip_network("127.0.0.1"))
+    policy = EgressPolicy(allowed_networks=networks, resolver=both)
+    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=policy))
+    raw = {
+        "project_id": PROJECT,
+        "topic": "events",
+        "endpoint_url": f"pubsub.rebind.test:{fake_publisher.port}",
+    }
+    event = make_event()
+    try:
+        result = await publish(a, raw, event)
+    finally:
+        await a.close()
+    assert result.outcome is Outcome.SUCCESS, result
+    assert find(await fake_publisher.messages(PROJECT, "events"), event.id) is not None
