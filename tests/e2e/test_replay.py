@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
+import os
+import pty
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -411,3 +415,75 @@ async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
         assert (status, error_of(body)["code"]) == (404, "replay_not_found")
         status, _, body = await other.get("/v2/replays")
         assert (status, body["data"]) == (200, [])
+
+
+async def test_follow_waits_for_the_replays_outcome_and_exits_by_it(scenario: Scenario) -> None:
+    """`replay --follow` returns once none of the replay's deliveries is pending, with
+    their outcome; exit status 1 when some failed (max_retries 0: one attempt each)."""
+    h = scenario.h
+    proc = await h.acli(
+        "replay",
+        "--rate",
+        "0",
+        "--status",
+        "failure",
+        "--event-type",
+        "order.paid",
+        "--follow",
+        "--json",
+    )
+    replay = json.loads(proc.stdout)
+    assert replay["object"] == "replay"
+    assert replay["outcome"] == {"pending": 0, "succeeded": 4, "failed": 0}
+    assert scenario.arrivals() == Counter({"evt_b0": 2, "evt_b1": 2})
+
+    scenario.failing = True
+    proc = await h.acli(
+        "replay", "--rate", "0", "--destination", scenario.dests[0], "--follow", check=False
+    )
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("replay rpl_"), proc.stdout
+    assert last.endswith("succeeded 0, failed 5, pending 0"), proc.stdout
+
+
+async def test_the_progress_bar_on_a_terminal_never_shares_a_line_with_a_log_line(
+    scenario: Scenario,
+) -> None:
+    h = scenario.h
+    controller, terminal = pty.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "herald",
+            "replay",
+            "--rate",
+            "0",
+            "--status",
+            "failure",
+            "--config",
+            str(h.config_path),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=terminal,
+            env={**os.environ, "TERM": "dumb"},
+        )
+        await asyncio.wait_for(proc.wait(), 60)
+        os.close(terminal)
+        terminal = -1
+        seen = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's writer is gone
+            while chunk := os.read(controller, 65536):
+                seen += chunk
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    assert proc.returncode == 0
+    lines = seen.decode(errors="replace").replace("\r\n", "\n").split("\n")
+    bars = [line.rpartition("\r")[2] for line in lines if "re-queued" in line]
+    assert bars, seen
+    assert bars[-1].endswith("re-queued 10/10"), bars
+    logged = [line for line in lines if "replay" in line and "by" in line and "cli:" in line]
+    assert logged, seen  # the audit line is there, on a line of its own
+    assert not [line for line in logged if "re-queued" in line], seen

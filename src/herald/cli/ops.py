@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from typing import Any
 
-from herald.cli.common import EXIT_OK, delivery_filter, os_user
+from herald.cli.common import EXIT_FAILED, EXIT_OK, delivery_filter, os_user
 from herald.cli.output import print_json, short_ts, table, visible
 from herald.config import Settings, masked
 from herald.timeutil import format_epoch, format_span
 from herald.views import list_view, replay_result_view, replay_view
+
+# How often ``replay --follow`` counts the replay's deliveries again.
+FOLLOW_SECONDS = 1.0
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -66,11 +70,13 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
     flt = delivery_filter(args, tenant=None if args.all_tenants else args.tenant)
 
+    tty = sys.stderr.isatty()
+
     def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            width = 30
-            filled = int(width * done / max(total, 1))
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if tty:
+            sys.stderr.write(f"\r{_bar(done, total)} re-queued {done}/{total}")
+            # Ended at once: the audit line logged next starts on a line of its own.
+            sys.stderr.write("\n" if done >= total else "")
             sys.stderr.flush()
 
     rate = args.rate if args.rate is not None else settings.delivery.replay_rate_per_second
@@ -82,12 +88,11 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             progress=progress,
             rate_per_second=rate or None,
         )
-    if sys.stderr.isatty() and not args.dry_run and result.matched:
-        sys.stderr.write("\n")
     if args.json:
-        print_json(replay_result_view(result))
-        return EXIT_OK
-    if result.replay is None:
+        if not args.follow or result.replay is None:
+            print_json(replay_result_view(result))
+            return EXIT_OK
+    elif result.replay is None:
         print(f"{result.matched} deliveries match; dry run, nothing re-queued")
         for d in result.sample:
             print(visible(f"  {d.id}  {d.event_type}  {d.destination_id}  {d.status.value}"))
@@ -96,8 +101,49 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             f"re-queued {result.requeued} of {result.matched} matching deliveries"
             f" as replay {result.replay.id}"
         )
-        print(f"# follow it: herald replays show {result.replay.id}", file=sys.stderr)
+        if not args.follow:
+            print(f"# follow it: herald replays show {result.replay.id}", file=sys.stderr)
+    if args.follow and result.replay is not None:
+        return await _follow(settings, args, result.replay.id, tty=tty)
     return EXIT_OK
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = int(width * done / max(total, 1))
+    return f"[{'#' * filled}{'.' * (width - filled)}]"
+
+
+async def _follow(
+    settings: Settings, args: argparse.Namespace, replay_id: str, *, tty: bool
+) -> int:
+    """Until none of the replay's deliveries is pending: how they turned out, as a live
+    line on a terminal; the final counts. Exit status 1 if any failed."""
+    from herald.wiring import components
+
+    tenant = None if args.all_tenants else args.tenant
+    async with components(settings) as comp:
+        while True:
+            replay = await comp.service.get_replay(tenant, replay_id)
+            view = replay_view(replay)
+            out = view["outcome"]
+            done = out["succeeded"] + out["failed"]
+            line = (
+                f"{_bar(done, done + out['pending'])} succeeded {out['succeeded']},"
+                f" failed {out['failed']}, pending {out['pending']}"
+            )
+            if tty:
+                sys.stderr.write(f"\r{line}")
+                sys.stderr.flush()
+            if out["pending"] == 0:
+                break
+            await asyncio.sleep(FOLLOW_SECONDS)
+    if tty:
+        sys.stderr.write("\n")
+    if args.json:
+        print_json(view)
+    else:
+        print(f"replay {replay_id}: {line.partition('] ')[2]}")
+    return EXIT_FAILED if out["failed"] else EXIT_OK
 
 
 async def cmd_replays(settings: Settings, args: argparse.Namespace) -> int:

@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "re-queue the deliveries that match the filter as one replay (rpl_…)",
         [
             "herald replay --status failure --since 1d --dry-run",
+            "herald replay --status failure --since 1h --follow",
             "herald replay --status failure --since 1d --all-tenants",
             "herald replay --delivery dlv_… --delivery dlv_…",
         ],
@@ -195,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--delivery", action="append", help="a delivery id (repeatable)")
     replay.add_argument("--ids-file", help="file with one delivery id per line")
     replay.add_argument("--dry-run", action="store_true", help="count and show a sample only")
+    replay.add_argument(
+        "--follow",
+        action="store_true",
+        help="then wait until none of its deliveries is pending, showing how they turn out;"
+        " exit status 1 if any failed",
+    )
     replay.add_argument(
         "--rate",
         type=float,
