@@ -74,8 +74,11 @@ class Dispatcher:
         owner: str,
         on_attempt: Callable[[str, AttemptRecord, DueDelivery], None] = lambda t, r, d: None,
         submit: Submit | None = None,
+        on_storage: Callable[[str, bool], None] = lambda component, ok: None,
     ) -> None:
         self._store = store
+        self._on_storage = on_storage
+        """Told of each database round trip: ``(component, ok)`` (for metrics)."""
         self._catalog = catalog
         self._policy = policy
         self._limits = limits
@@ -129,7 +132,7 @@ class Dispatcher:
         database outage) starts nothing: the record being written settles it."""
         self._given_up = False
         """Stopping, the grace period is over: outcomes that still arrive are ignored."""
-        self.recorder = Recorder(store, on_flush=self._flushed)
+        self.recorder = Recorder(store, on_flush=self._flushed, on_storage=on_storage)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
@@ -220,6 +223,7 @@ class Dispatcher:
             due = await retrying(functools.partial(self._claims.claim, want, saturated))
             if due is None:
                 continue  # stopping
+            self._on_storage("claim", True)
             await self._start(due)
             if len(due) >= want:
                 self._claim_error = None
@@ -249,6 +253,7 @@ class Dispatcher:
 
     def _claim_trouble(self, exc: StorageError, delay: float) -> None:
         self._claim_error = exc.message
+        self._on_storage("claim", False)
         log.warning("claim_storage_error", error=exc.message, retry_in=delay)
 
     def _free(self) -> int:
@@ -395,8 +400,10 @@ class Dispatcher:
                     until=time.time() + self._limits.lease_seconds,
                 )
                 wait = interval
+                self._on_storage("renewal", True)
             except StorageError as exc:
                 wait = min(interval, RENEWAL_RETRY_SECONDS)
+                self._on_storage("renewal", False)
                 log.warning("lease_renewal_failed", error=exc.message, retry_in=wait)
 
     async def _drain(self) -> None:
@@ -453,6 +460,7 @@ class Dispatcher:
         try:
             released = await self._store.release_leases(owner=self.owner, now=time.time())
         except StorageError as exc:
+            self._on_storage("shutdown", False)
             log.error("release_leases_failed", error=exc.message)
             return
         if released:

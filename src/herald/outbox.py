@@ -65,7 +65,10 @@ class Relay:
         on_deliveries: Callable[[], None] = lambda: None,
         on_batch: Callable[[RelayPlan], None] = lambda plan: None,
         handoff: Handover | None = None,
+        on_storage: Callable[[str, bool], None] = lambda component, ok: None,
     ) -> None:
+        self._on_storage = on_storage
+        """Told of each pass's database round trips: ``("relay", ok)`` (for metrics)."""
         self._store = store
         self._catalog = catalog
         self._policy = policy
@@ -172,6 +175,7 @@ class Relay:
             # The database is away (locked, restarting, unreachable, full): nothing was
             # claimed or lost, so wait and try again; /readyz reports it meanwhile.
             self.storage_error = exc.message
+            self._on_storage("relay", False)
             log.warning("relay_storage_error", error=exc.message, retry_in=delay)
 
         try:
@@ -185,6 +189,7 @@ class Relay:
                 if count is None:
                     break  # stopping while the database is away
                 self.storage_error = None
+                self._on_storage("relay", True)
                 if count >= self._batch:
                     continue
                 self._wake.clear()

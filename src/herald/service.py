@@ -30,6 +30,7 @@ from herald.fields import (
 from herald.ids import new_id
 from herald.ingest import event_id_problem
 from herald.match import validate_event_type
+from herald.metrics import replay_source
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -446,6 +447,9 @@ class DestinationService:
         requeued = 0
         if not dry_run and total:
             requeued = await self._requeue_matching(flt, total, rate_per_second, progress)
+        if not dry_run:
+            # In the database, not this process: the daemons' /metrics count CLI replays.
+            await self.store.count_replay(replay_source(by), requeued)
         replay_log.info(
             "replay",
             by=by,

@@ -307,3 +307,11 @@ SELECT id, secrets FROM herald_destinations WHERE id > ?1 ORDER BY id LIMIT ?2
 
 -- reencrypt_update --
 UPDATE herald_destinations SET secrets = ?1 WHERE id = ?2
+
+-- count_replay --
+-- Replays by who asked (?1), for every instance's metrics: replays:?1 and replayed:?1
+INSERT INTO herald_meta (key, value) VALUES ('replays:' || ?1, 1), ('replayed:' || ?1, ?2)
+ON CONFLICT (key) DO UPDATE SET value = value + excluded.value
+
+-- replay_counts --
+SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
