@@ -72,6 +72,20 @@ LATENCY_BUCKETS = (
 )
 API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PENDING_STATES = ("due", "scheduled_retry", "held")
+STORAGE_COMPONENTS = (
+    "relay",
+    "claim",
+    "recorder",
+    "renewal",
+    "gauges",
+    "heartbeat",
+    "retention",
+    "readiness",
+    "api",
+    "shutdown",
+)
+"""What reports its database round trips (``database_result``): each series exists from
+the start at 0, so ``increase()`` sees the first error."""
 REPLAY_SOURCES = ("cli", "api", "console")
 """Who may ask for a replay (the service's ``by``, before its colon); anything else
 counts as ``other``, so the label stays bounded."""
@@ -280,6 +294,8 @@ class Metrics:
             "Database round trips that failed (each is retried or reported), by component",
             "component",
         )
+        for component in STORAGE_COMPONENTS:
+            self.storage_errors.labels(component)
         self.health = _Health()
         r.register(self.health)
         self.snapshots = _Snapshots()
