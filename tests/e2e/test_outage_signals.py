@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,17 @@ def scrape(h: Herald) -> Samples:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def api_status(h: Herald, path: str) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{h.port}{path}", headers={"Authorization": f"Bearer {h.api_key()}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def storage_errors(samples: Samples, component: str) -> float:
@@ -121,6 +133,10 @@ async def test_postgres_stopped_under_load_is_seen_and_loses_nothing(
         assert status == 503, body
         assert "database" in body["problems"], body
         assert (await asyncio.to_thread(h.get, "/healthz"))[0] == 200
+        # An API call that needs the database fails in the spec's shape, and counts.
+        status = await asyncio.to_thread(api_status, h, "/v2/event-destinations")
+        assert status == 500  # StorageError: the spec's internal error
+        assert storage_errors(await asyncio.to_thread(scrape, h), "api") >= 1
         away = time.monotonic() - down_at
 
         await asyncio.to_thread(private_pg.start)
