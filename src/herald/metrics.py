@@ -86,6 +86,11 @@ STORAGE_COMPONENTS = (
 )
 """What reports its database round trips (``database_result``): each series exists from
 the start at 0, so ``increase()`` sees the first error."""
+LOOPS = frozenset({"relay", "claim", "recorder", "renewal", "gauges", "heartbeat"})
+"""Components that keep making round trips on their own: a failure of theirs holds
+``herald_database_up`` at 0 until they succeed again (reads can work while their writes
+fail). A failure of an occasional caller (an API request, ``/readyz``, retention) is
+cleared by the next success of any component: it may never call again."""
 REPLAY_SOURCES = ("cli", "api", "console")
 """Who may ask for a replay (the service's ``by``, before its colon); anything else
 counts as ``other``, so the label stays bounded."""
@@ -433,6 +438,8 @@ class Metrics:
             health.reached = True
             if health.failures:
                 health.failures.pop(component, None)
+                for other in [c for c in health.failures if c not in LOOPS]:
+                    del health.failures[other]
             return
         health.failures[component] = time.monotonic()
         self.storage_errors.labels(component).inc()

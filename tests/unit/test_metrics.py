@@ -112,8 +112,13 @@ def test_database_up_follows_every_components_last_round_trip(
     assert samples(m)[("herald_storage_errors_total", (("component", "recorder"),))] == 1
     m.database_result("recorder", True)
     assert samples(m)[db] == 1
-    # A rare caller's failure stops counting once it is old, if nothing renews it.
-    m.database_result("retention", False)
+    # An occasional caller's failure ends with anyone's success: it may not call again.
+    m.database_result("api", False)
+    assert samples(m)[db] == 0
+    m.database_result("gauges", True)
+    assert samples(m)[db] == 1
+    # A loop's failure stops counting once it is old, if nothing renews it.
+    m.database_result("heartbeat", False)
     clock[0] += metrics.DATABASE_FAILURE_MEMORY - 1
     assert samples(m)[db] == 0
     clock[0] += 2
