@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
+from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
-from herald.model import AttemptRecord, DueDelivery, Outcome
+from herald.logs import debug_enabled
+from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
@@ -342,8 +343,7 @@ class Dispatcher:
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
-                if record.attempt.outcome is not Outcome.SUCCESS:
-                    _log_failure(record, item)
+                log_attempt(record, item, type_id)
         finally:
             self._release(item)
 
@@ -467,18 +467,59 @@ class Dispatcher:
             log.info("unfinished_deliveries_released", count=released)
 
 
-def _log_failure(record: AttemptRecord, item: DueDelivery) -> None:
-    # Here, in the process that records it: an attempt made in a worker process has
-    # its outcome logged once, with the parent's log.
+def log_attempt(record: AttemptRecord, item: DueDelivery, type_id: str) -> None:
+    """The lines of one attempt's outcome: a failure at info, a success only at debug,
+    and the lifecycle it ends — a destination verified, a delivery exhausted — at info.
+
+    Here, in the process that records it: an attempt made in a worker process has
+    its outcome logged once, with the parent's log."""
     attempt = record.attempt
+    if attempt.outcome is Outcome.SUCCESS:
+        if debug_enabled():
+            log.debug(
+                "attempt_succeeded",
+                **log_ids(item),
+                destination_type=type_id,
+                kind=item.kind.value,
+                attempt=attempt.number,
+                response_status=attempt.response_status,
+                duration_ms=attempt.duration_ms,
+            )
+        if record.activates_destination is not None:
+            log.info(
+                "destination_verified",
+                tenant_id=item.event.tenant_id,
+                destination_id=item.destination_id,
+                destination_type=type_id,
+                status="active",
+                attempt=attempt.number,
+            )
+        return
     log.info(
         "attempt_failed",
-        delivery_id=item.id,
-        event_id=item.event.id,
-        destination_id=item.destination_id,
+        **log_ids(item),
+        destination_type=type_id,
+        kind=item.kind.value,
         attempt=attempt.number,
         outcome=attempt.outcome.value,
         response_status=attempt.response_status,
         error=attempt.error,
         next_attempt_at=record.next_attempt_at,
+    )
+    if record.status is DeliveryStatus.FAILURE:
+        log_exhausted(record, item, type_id)
+
+
+def log_exhausted(record: AttemptRecord, item: DueDelivery, type_id: str) -> None:
+    """A delivery (or a verification ping) ran out of attempts: nothing resends it."""
+    name = (
+        "verification_exhausted" if item.kind is DeliveryKind.VERIFICATION else "delivery_exhausted"
+    )
+    log.info(
+        name,
+        **log_ids(item),
+        destination_type=type_id,
+        event_type=item.event.type,
+        attempts=record.attempt.number,
+        error=record.attempt.error,
     )

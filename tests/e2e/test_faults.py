@@ -538,8 +538,13 @@ async def test_a_read_only_database_at_start_is_a_clear_error(
                 assert proc.returncode == 1, (command, proc.stderr)
                 lines = proc.stderr.strip().splitlines()
                 assert len(lines) == 1, (command, proc.stderr)
-                assert lines[0].startswith("herald: error: "), lines
-                assert cause in lines[0].lower(), lines
+                if command == "run":  # a daemon logging JSON (log.format): its last line too
+                    last = json.loads(lines[0])
+                    assert (last["event"], last["exit_code"]) == ("herald_failed", 1), last
+                    assert cause in last["error"].lower(), last
+                else:
+                    assert lines[0].startswith("herald: error: "), lines
+                    assert cause in lines[0].lower(), lines
         finally:
             if disk is not None:
                 remount(disk, "rw")

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
+import structlog
+
 from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
 from herald.cli.keys import cmd_keys
@@ -21,6 +23,7 @@ from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
 from herald.config import Settings, load_settings
 from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError
 from herald.logs import configure as configure_logs
+from herald.logs import json_enabled
 
 __all__ = ["build_parser", "main"]
 
@@ -37,8 +40,12 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
 }
 
 
-def _die(message: str, code: int) -> NoReturn:
-    print(f"herald: error: {visible(message)}", file=sys.stderr)
+def _die(message: str, code: int, *, daemon: bool = False) -> NoReturn:
+    if daemon and json_enabled():
+        # The daemon's stderr is read by a log collector: its last line is JSON too.
+        structlog.get_logger("herald").error("herald_failed", error=message, exit_code=code)
+    else:
+        print(f"herald: error: {visible(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -55,9 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logs(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
         return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
     except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
-        _die(_with_field(exc), EXIT_USAGE)
+        _die(_with_field(exc), EXIT_USAGE, daemon=args.command == "run")
     except HeraldError as exc:
-        _die(_with_field(exc), EXIT_FAILED)
+        _die(_with_field(exc), EXIT_FAILED, daemon=args.command == "run")
     except KeyboardInterrupt:
         return 130
 
