@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 
+from herald import tracing
 from herald.adapters.base import Result
 from herald.catalog import Catalog
 from herald.ids import new_id
@@ -77,6 +78,25 @@ async def attempt(
         error=result.error,
         response_excerpt=result.excerpt,
     )
+    if tracing.enabled():
+        tracing.record(
+            tracing.ATTEMPT_SPAN,
+            started=started,
+            ended=started + duration_ms / 1000,
+            attributes={
+                "herald.destination.type": type_id,
+                "herald.destination.id": item.destination_id,
+                "herald.tenant.id": item.event.tenant_id,
+                "herald.event.id": item.event.id,
+                "herald.event.type": item.event.type,
+                "herald.delivery.id": item.id,
+                "herald.delivery.kind": item.kind.value,
+                "herald.attempt": number,
+                "herald.outcome": result.outcome.value,
+                "http.response.status_code": result.status,
+                "herald.error": result.error,
+            },
+        )
     if result.outcome is Outcome.SUCCESS:
         activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
         record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)

@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
 
+from herald import tracing
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
@@ -141,6 +143,7 @@ class Relay:
 
     async def run_once(self) -> int:
         """Relay one batch; returns how many outbox rows it consumed."""
+        started = time.time()
         for _ in range(10):
             await self._catalog.refresh()
             room = self._handoff.room() if self._handoff is not None else None
@@ -162,6 +165,19 @@ class Relay:
             if wakes_claims(plan, room):
                 self._on_deliveries()
             self._on_batch(plan)
+            if tracing.enabled():
+                tracing.record(
+                    tracing.RELAY_SPAN,
+                    started=started,
+                    ended=time.time(),
+                    attributes={
+                        "herald.relay.rows": count,
+                        "herald.relay.events": len(plan.events),
+                        "herald.relay.deliveries": len(plan.deliveries),
+                        "herald.relay.rejected": len(plan.rejected),
+                        "herald.relay.handed_over": len(plan.leased),
+                    },
+                )
         return count
 
     async def run(self, stop: asyncio.Event) -> None:
