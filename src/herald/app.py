@@ -22,7 +22,7 @@ from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
-from herald.metrics import Metrics
+from herald.metrics import DatabaseCounts, Metrics
 from herald.model import Instance
 from herald.outbox import Relay
 from herald.service import DestinationService
@@ -133,6 +133,7 @@ class Daemon:
             owner=self.owner,
             on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,
+            on_storage=self.metrics.database_result,
         )
         relay = Relay(
             comp.store,
@@ -147,8 +148,15 @@ class Daemon:
             # New deliveries go straight to this instance's dispatcher, leased in the
             # relay's transaction, as far as it has room (herald.handover).
             handoff=dispatcher.handover,
+            on_storage=self.metrics.database_result,
         )
         self.metrics.track_inflight(lambda: dispatcher.inflight)
+        # Up = running and able to use the database; /readyz says the same in words.
+        self.metrics.track_components(
+            relay=lambda: relay.running and relay.storage_error is None,
+            workers=lambda: dispatcher.running and dispatcher.storage_error is None,
+            recorder=lambda: dispatcher.running and dispatcher.recorder.storage_error is None,
+        )
         parts = _Parts(comp, dispatcher, relay, pool)
         comp.service = DestinationService(
             comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
@@ -173,9 +181,12 @@ class Daemon:
                 await store.ping()
                 if await store.schema_version() < expected_schema:
                     problems["migrations"] = "schema is behind this Herald"
+            self.metrics.database_result("readiness", True)
         except TimeoutError:
+            self.metrics.database_result("readiness", False)
             problems["database"] = f"no answer within {READINESS_TIMEOUT:g} s"
         except StorageError as exc:
+            self.metrics.database_result("readiness", False)
             problems["database"] = exc.message
         if not relay.running:
             problems["relay"] = "not running"
@@ -193,7 +204,14 @@ class Daemon:
         s = self.settings
         app = web.Application(client_max_size=s.api.max_body_bytes)
         ops.add_routes(app, readiness=readiness, metrics=self.metrics)
-        v2.setup(app, parts.comp.service, settings=s, cursor_key=self.key, wake=parts.changed)
+        v2.setup(
+            app,
+            parts.comp.service,
+            settings=s,
+            cursor_key=self.key,
+            wake=parts.changed,
+            metrics=self.metrics,
+        )
         runner = server.Runner(app, s.api)
         await runner.setup()
         site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)
@@ -251,9 +269,7 @@ class Daemon:
             ),
         ]
         side = [
-            asyncio.create_task(
-                self._refresh_gauges(comp, relay, dispatcher), name="herald-gauges"
-            ),
+            asyncio.create_task(self._refresh_gauges(comp), name="herald-gauges"),
             asyncio.create_task(self._watchdog(relay, dispatcher), name="herald-watchdog"),
             asyncio.create_task(self._retention(comp), name="herald-retention"),
             asyncio.create_task(self._heartbeat(comp, dispatcher), name="herald-heartbeat"),
@@ -270,22 +286,33 @@ class Daemon:
             # Nothing is left to reap.
             await comp.store.remove_instance(self.owner)
         except StorageError as exc:
+            self.metrics.database_result("shutdown", False)
             log.warning("instance_unregister_failed", error=exc.message)
 
-    async def _refresh_gauges(self, comp: Components, relay: Relay, dispatcher: Dispatcher) -> None:
+    async def _refresh_gauges(self, comp: Components) -> None:
         """Database-backed gauges on an interval, so a scrape never costs a query."""
         interval = self.settings.metrics.refresh_seconds
+        store = comp.store
         while not self.stop.is_set():
-            self.metrics.components_checked(relay=relay.running, workers=dispatcher.running)
             try:
                 now = time.time()
-                pending, oldest = await comp.store.outbox_stats()
-                self.metrics.outbox_counted(pending, oldest, now=now)
-                self.metrics.pending_counted(await comp.store.delivery_counts(now=now))
-                self.metrics.destinations_counted(await comp.store.destination_counts())
+                pending, oldest = await store.outbox_stats()
+                counts = DatabaseCounts(
+                    outbox_pending=pending,
+                    outbox_oldest=oldest,
+                    deliveries=await store.delivery_counts(now=now),
+                    next_due_at=await store.next_due_at(),
+                    destinations=await store.destination_counts(),
+                    replays=await store.replay_counts(),
+                )
             except StorageError as exc:
-                self.metrics.storage_error("refresh_gauges")
+                # Dropped, not frozen: a stale count would hide the outage it comes from.
+                self.metrics.database_count_failed()
+                self.metrics.database_result("gauges", False)
                 log.warning("gauge_refresh_failed", error=exc.message)
+            else:
+                self.metrics.database_counted(counts, now=now)
+                self.metrics.database_result("gauges", True)
             await asyncio.sleep(interval)
 
     async def _heartbeat(self, comp: Components, dispatcher: Dispatcher) -> None:
@@ -308,9 +335,11 @@ class Daemon:
             )
             instances = await comp.store.list_instances()
         except StorageError as exc:
-            self.metrics.storage_error("heartbeat")
+            self.metrics.database_result("heartbeat", False)
+            self.metrics.instances_unknown()
             log.warning("heartbeat_failed", error=exc.message)
             return
+        self.metrics.database_result("heartbeat", True)
         if not known and not first:
             # Peers took us for dead (a stall longer than instance_timeout_seconds) and
             # released our leases: attempts we still run may also be made by them.
@@ -338,8 +367,9 @@ class Daemon:
                     if removed < cfg.batch_size:
                         break
                     await asyncio.sleep(0)  # let deliveries interleave between batches
+                self.metrics.database_result("retention", True)
             except StorageError as exc:
-                self.metrics.storage_error("retention")
+                self.metrics.database_result("retention", False)
                 log.warning("retention_failed", error=exc.message)
             if total:
                 log.info("retention_purged", deliveries=total, older_than_days=cfg.days)

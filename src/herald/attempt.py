@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import structlog
 
+from herald import tracing
 from herald.adapters.base import Result
 from herald.catalog import Catalog
 from herald.ids import new_id
-from herald.logs import debug_enabled
 from herald.model import (
     Attempt,
     AttemptRecord,
@@ -61,15 +61,10 @@ async def attempt(
         except ValueError as exc:
             # What cannot be put on the wire as it is (a control character in a header,
             # a value the SDK refuses): no retry changes that, and it is no crash.
-            log.warning(
-                "attempt_unsendable",
-                delivery_id=item.id,
-                destination_id=entry.dest.id,
-                error=repr(exc),
-            )
+            log.warning("attempt_unsendable", **log_ids(item), error=repr(exc))
             result = Result.permanent(f"cannot be sent by the {type_id} adapter: {exc!r}")
         except Exception as exc:  # an adapter bug must not kill the engine
-            log.exception("adapter_crashed", delivery_id=item.id, destination_id=entry.dest.id)
+            log.exception("adapter_crashed", **log_ids(item), destination_type=type_id)
             result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
     duration_ms = (time.perf_counter() - t0) * 1000
     attempt = Attempt(
@@ -83,6 +78,25 @@ async def attempt(
         error=result.error,
         response_excerpt=result.excerpt,
     )
+    if tracing.enabled():
+        tracing.record(
+            tracing.ATTEMPT_SPAN,
+            started=started,
+            ended=started + duration_ms / 1000,
+            attributes={
+                "herald.destination.type": type_id,
+                "herald.destination.id": item.destination_id,
+                "herald.tenant.id": item.event.tenant_id,
+                "herald.event.id": item.event.id,
+                "herald.event.type": item.event.type,
+                "herald.delivery.id": item.id,
+                "herald.delivery.kind": item.kind.value,
+                "herald.attempt": number,
+                "herald.outcome": result.outcome.value,
+                "http.response.status_code": result.status,
+                "herald.error": result.error,
+            },
+        )
     if result.outcome is Outcome.SUCCESS:
         activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
         record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
@@ -95,14 +109,14 @@ async def attempt(
         )
         status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
         record = AttemptRecord(attempt, status, nxt)
-    if debug_enabled():
-        log.debug(
-            "attempt",
-            delivery_id=item.id,
-            event_id=item.event.id,
-            destination_id=item.destination_id,
-            attempt=number,
-            outcome=result.outcome.value,
-            status=result.status,
-        )
     return record, type_id
+
+
+def log_ids(item: DueDelivery) -> dict[str, str]:
+    """What every log line about an attempt of ``item`` names."""
+    return {
+        "tenant_id": item.event.tenant_id,
+        "destination_id": item.destination_id,
+        "event_id": item.event.id,
+        "delivery_id": item.id,
+    }

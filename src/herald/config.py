@@ -262,6 +262,12 @@ class LogSettings(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
+class TracingSettings(_Section):
+    otlp_endpoint: str = ""
+    """OTLP/HTTP base URL (``http://collector:4318``); empty: no tracing, nothing imported."""
+    service_name: str = Field(default="herald", min_length=1, max_length=200)
+
+
 class Settings(BaseSettings):
     """The whole configuration; sections mirror the TOML tables."""
 
@@ -281,6 +287,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()
     metrics: MetricsSettings = MetricsSettings()
     log: LogSettings = LogSettings()
+    tracing: TracingSettings = TracingSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt
+from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
-from herald.model import AttemptRecord, DueDelivery, Outcome
+from herald.logs import debug_enabled
+from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
@@ -74,8 +75,11 @@ class Dispatcher:
         owner: str,
         on_attempt: Callable[[str, AttemptRecord, DueDelivery], None] = lambda t, r, d: None,
         submit: Submit | None = None,
+        on_storage: Callable[[str, bool], None] = lambda component, ok: None,
     ) -> None:
         self._store = store
+        self._on_storage = on_storage
+        """Told of each database round trip: ``(component, ok)`` (for metrics)."""
         self._catalog = catalog
         self._policy = policy
         self._limits = limits
@@ -129,7 +133,7 @@ class Dispatcher:
         database outage) starts nothing: the record being written settles it."""
         self._given_up = False
         """Stopping, the grace period is over: outcomes that still arrive are ignored."""
-        self.recorder = Recorder(store, on_flush=self._flushed)
+        self.recorder = Recorder(store, on_flush=self._flushed, on_storage=on_storage)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
@@ -220,6 +224,7 @@ class Dispatcher:
             due = await retrying(functools.partial(self._claims.claim, want, saturated))
             if due is None:
                 continue  # stopping
+            self._on_storage("claim", True)
             await self._start(due)
             if len(due) >= want:
                 self._claim_error = None
@@ -249,6 +254,7 @@ class Dispatcher:
 
     def _claim_trouble(self, exc: StorageError, delay: float) -> None:
         self._claim_error = exc.message
+        self._on_storage("claim", False)
         log.warning("claim_storage_error", error=exc.message, retry_in=delay)
 
     def _free(self) -> int:
@@ -337,8 +343,7 @@ class Dispatcher:
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
-                if record.attempt.outcome is not Outcome.SUCCESS:
-                    _log_failure(record, item)
+                log_attempt(record, item, type_id)
         finally:
             self._release(item)
 
@@ -395,8 +400,10 @@ class Dispatcher:
                     until=time.time() + self._limits.lease_seconds,
                 )
                 wait = interval
+                self._on_storage("renewal", True)
             except StorageError as exc:
                 wait = min(interval, RENEWAL_RETRY_SECONDS)
+                self._on_storage("renewal", False)
                 log.warning("lease_renewal_failed", error=exc.message, retry_in=wait)
 
     async def _drain(self) -> None:
@@ -453,24 +460,66 @@ class Dispatcher:
         try:
             released = await self._store.release_leases(owner=self.owner, now=time.time())
         except StorageError as exc:
+            self._on_storage("shutdown", False)
             log.error("release_leases_failed", error=exc.message)
             return
         if released:
             log.info("unfinished_deliveries_released", count=released)
 
 
-def _log_failure(record: AttemptRecord, item: DueDelivery) -> None:
-    # Here, in the process that records it: an attempt made in a worker process has
-    # its outcome logged once, with the parent's log.
+def log_attempt(record: AttemptRecord, item: DueDelivery, type_id: str) -> None:
+    """The lines of one attempt's outcome: a failure at info, a success only at debug,
+    and the lifecycle it ends — a destination verified, a delivery exhausted — at info.
+
+    Here, in the process that records it: an attempt made in a worker process has
+    its outcome logged once, with the parent's log."""
     attempt = record.attempt
+    if attempt.outcome is Outcome.SUCCESS:
+        if debug_enabled():
+            log.debug(
+                "attempt_succeeded",
+                **log_ids(item),
+                destination_type=type_id,
+                kind=item.kind.value,
+                attempt=attempt.number,
+                response_status=attempt.response_status,
+                duration_ms=attempt.duration_ms,
+            )
+        if record.activates_destination is not None:
+            log.info(
+                "destination_verified",
+                tenant_id=item.event.tenant_id,
+                destination_id=item.destination_id,
+                destination_type=type_id,
+                status="active",
+                attempt=attempt.number,
+            )
+        return
     log.info(
         "attempt_failed",
-        delivery_id=item.id,
-        event_id=item.event.id,
-        destination_id=item.destination_id,
+        **log_ids(item),
+        destination_type=type_id,
+        kind=item.kind.value,
         attempt=attempt.number,
         outcome=attempt.outcome.value,
         response_status=attempt.response_status,
         error=attempt.error,
         next_attempt_at=record.next_attempt_at,
+    )
+    if record.status is DeliveryStatus.FAILURE:
+        log_exhausted(record, item, type_id)
+
+
+def log_exhausted(record: AttemptRecord, item: DueDelivery, type_id: str) -> None:
+    """A delivery (or a verification ping) ran out of attempts: nothing resends it."""
+    name = (
+        "verification_exhausted" if item.kind is DeliveryKind.VERIFICATION else "delivery_exhausted"
+    )
+    log.info(
+        name,
+        **log_ids(item),
+        destination_type=type_id,
+        event_type=item.event.type,
+        attempts=record.attempt.number,
+        error=record.attempt.error,
     )

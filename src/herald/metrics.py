@@ -4,7 +4,10 @@ One method per action keeps label values bounded and in one vocabulary:
 destination type, outcome, status, reason class — never event ids. A
 per-destination label exists only behind ``metrics.per_destination``, since
 tenants can create many destinations. Gauges that need a database count are
-refreshed by a background task on an interval, not per scrape.
+refreshed by a background task on an interval, not per scrape; while that refresh
+fails they are left out of the scrape (Prometheus marks them stale), never frozen
+at the last values read. ``herald_database_up`` and ``herald_component_up`` say
+why: every component reports each of its database round trips here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
@@ -19,12 +23,18 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     Info,
     PlatformCollector,
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -60,9 +70,37 @@ LATENCY_BUCKETS = (
     14400,
     86400,
 )
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 PENDING_STATES = ("due", "scheduled_retry", "held")
+STORAGE_COMPONENTS = (
+    "relay",
+    "claim",
+    "recorder",
+    "renewal",
+    "gauges",
+    "heartbeat",
+    "retention",
+    "readiness",
+    "api",
+    "shutdown",
+)
+"""What reports its database round trips (``database_result``): each series exists from
+the start at 0, so ``increase()`` sees the first error."""
+LOOPS = frozenset({"relay", "claim", "recorder", "renewal", "gauges", "heartbeat"})
+"""Components that keep making round trips on their own: a failure of theirs holds
+``herald_database_up`` at 0 until they succeed again (reads can work while their writes
+fail). A failure of an occasional caller (an API request, ``/readyz``, retention) is
+cleared by the next success of any component: it may never call again."""
+REPLAY_SOURCES = ("cli", "api", "console")
+"""Who may ask for a replay (the service's ``by``, before its colon); anything else
+counts as ``other``, so the label stays bounded."""
+DATABASE_FAILURE_MEMORY = 30.0
+"""Seconds a component's failed database round trip keeps ``herald_database_up`` at 0
+unless that component succeeds first. Components that keep failing retry within 5 s
+and renew it; a rare caller (retention, an API request) that failed once during an
+outage cannot hold the gauge at 0 long after the database is back."""
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "DatabaseCounts", "Metrics", "replay_source"]
 
 _go_float = cast(Callable[[float], str], floatToGoString)  # untyped in prometheus-client
 ATTEMPT_LE = tuple(_go_float(b) for b in (*ATTEMPT_BUCKETS, float("inf")))
@@ -182,6 +220,59 @@ class AttemptCollector(Collector):
         yield from (attempts, completed, durations, latencies)
 
 
+class _Snapshots(Collector):
+    """Values read from the database, each group exposed only while its last read
+    succeeded: a group whose read fails is dropped, so its series go stale."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, list[Metric]] = {}
+
+    def set(self, group: str, families: list[Metric]) -> None:
+        self._groups[group] = families
+
+    def drop(self, group: str) -> None:
+        self._groups.pop(group, None)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        for families in list(self._groups.values()):
+            yield from families
+
+
+class _Health(Collector):
+    """``herald_database_up`` and ``herald_component_up``, computed at scrape time."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, float] = {}
+        """Component -> when its last database round trip failed (none since succeeded)."""
+        self.reached = False
+        self.components: dict[str, Callable[[], bool]] = {}
+
+    def database_up(self) -> bool:
+        horizon = time.monotonic() - DATABASE_FAILURE_MEMORY
+        return self.reached and not any(t > horizon for t in self.failures.values())
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        db = GaugeMetricFamily(
+            "herald_database_up",
+            "1 when the last database round trip of every component succeeded",
+        )
+        db.add_metric([], 1.0 if self.database_up() else 0.0)
+        up = GaugeMetricFamily(
+            "herald_component_up",
+            "1 when a component of the daemon runs and can do its work",
+            labels=["component"],
+        )
+        for name, check in list(self.components.items()):
+            up.add_metric([name], 1.0 if check() else 0.0)
+        yield from (db, up)
+
+
 class Metrics:
     """The one container of every metric; a method per action that moves one."""
 
@@ -200,32 +291,33 @@ class Metrics:
         self.outbox_rejected = counter(
             "herald_outbox_rejected", "Outbox rows rejected, by reason", "reason"
         )
-        self.outbox_pending = gauge("herald_outbox_pending", "Rows waiting in the outbox")
-        self.outbox_lag = gauge(
-            "herald_outbox_lag_seconds", "Age of the oldest unclaimed outbox row (0 when empty)"
-        )
         self.attempts = AttemptCollector(per_destination=per_destination)
         r.register(self.attempts)
-        self.pending = gauge(
-            "herald_deliveries_pending",
-            "Pending deliveries: due now, waiting for a scheduled retry, or held",
-            "state",
-        )
-        self.destinations = gauge(
-            "herald_destinations", "Event destinations by type and status", "type", "status"
-        )
         self.inflight = gauge("herald_inflight_attempts", "Attempts in flight in this process")
-        self.up = gauge(
-            "herald_component_up", "1 when a component of the daemon is running", "component"
-        )
         self.storage_errors = counter(
-            "herald_storage_errors", "Database operations that failed and were retried", "operation"
+            "herald_storage_errors",
+            "Database round trips that failed (each is retried or reported), by component",
+            "component",
         )
-        self.replayed = counter(
-            "herald_deliveries_replayed", "Deliveries re-queued by retry or replay"
+        for component in STORAGE_COMPONENTS:
+            self.storage_errors.labels(component)
+        self.health = _Health()
+        r.register(self.health)
+        self.snapshots = _Snapshots()
+        r.register(self.snapshots)
+        self.api_requests = counter(
+            "herald_api_requests",
+            "HTTP requests answered, by route pattern, method and status",
+            "route",
+            "method",
+            "status",
         )
-        self.instances = gauge(
-            "herald_instances", "Herald instances on this database whose heartbeat is current"
+        self.api_durations = Histogram(
+            "herald_api_request_duration_seconds",
+            "Time to answer an HTTP request, by route pattern and method",
+            ["route", "method"],
+            buckets=API_BUCKETS,
+            registry=r,
         )
         self.instances_reaped = counter(
             "herald_instances_reaped",
@@ -267,39 +359,121 @@ class Metrics:
             # Reasons look like "invalid_json: detail"; only the code is a label.
             self.outbox_rejected.labels(reason=rejection.reason.split(":", 1)[0]).inc()
 
-    def outbox_counted(self, pending: int, oldest: float | None, *, now: float) -> None:
-        """The outbox holds ``pending`` rows, the oldest created at ``oldest``."""
-        self.outbox_pending.set(pending)
-        self.outbox_lag.set(0.0 if oldest is None else max(now - oldest, 0.0))
-
-    def pending_counted(self, counts: Mapping[str, int]) -> None:
+    def database_counted(self, counts: DatabaseCounts, *, now: float) -> None:
+        """The background refresh read the database's counts (see :class:`DatabaseCounts`)."""
+        outbox_pending = GaugeMetricFamily("herald_outbox_pending", "Rows waiting in the outbox")
+        outbox_pending.add_metric([], counts.outbox_pending)
+        lag = GaugeMetricFamily(
+            "herald_outbox_lag_seconds", "Age of the oldest unclaimed outbox row (0 when empty)"
+        )
+        lag.add_metric([], _age(counts.outbox_oldest, now))
+        pending = GaugeMetricFamily(
+            "herald_deliveries_pending",
+            "Pending deliveries: due now, waiting for a scheduled retry, or held",
+            labels=["state"],
+        )
         for state in PENDING_STATES:
-            self.pending.labels(state).set(counts.get(state, 0))
+            pending.add_metric([state], counts.deliveries.get(state, 0))
+        oldest_due = GaugeMetricFamily(
+            "herald_oldest_due_delivery_age_seconds",
+            "How long the longest-waiting due delivery has been due (0 when none is)",
+        )
+        oldest_due.add_metric([], _age(counts.next_due_at, now))
+        destinations = GaugeMetricFamily(
+            "herald_destinations",
+            "Event destinations by type and status",
+            labels=["type", "status"],
+        )
+        for type_, status, count in counts.destinations:
+            destinations.add_metric([type_, status], count)
+        replays = CounterMetricFamily(
+            "herald_replays",
+            "Replays that re-queued deliveries, by who asked (CLI, API, console), all instances",
+            labels=["source"],
+        )
+        replayed = CounterMetricFamily(
+            "herald_deliveries_replayed",
+            "Deliveries re-queued by replays, by who asked, all instances",
+            labels=["source"],
+        )
+        for source in (*REPLAY_SOURCES, "other"):
+            runs, deliveries = counts.replays.get(source, (0, 0))
+            replays.add_metric([source], runs)
+            replayed.add_metric([source], deliveries)
+        self.snapshots.set(
+            "counts", [outbox_pending, lag, pending, oldest_due, destinations, replays, replayed]
+        )
 
-    def destinations_counted(self, rows: Iterable[tuple[str, str, int]]) -> None:
-        self.destinations.clear()
-        for type_, status, count in rows:
-            self.destinations.labels(type_, status).set(count)
+    def database_count_failed(self) -> None:
+        """The refresh could not read the counts: their series leave the scrape."""
+        self.snapshots.drop("counts")
 
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)
 
-    def components_checked(self, *, relay: bool, workers: bool) -> None:
-        """Whether the relay and the dispatcher (the workers) run now."""
-        self.up.labels("relay").set(1 if relay else 0)
-        self.up.labels("workers").set(1 if workers else 0)
+    def track_components(self, **checks: Callable[[], bool]) -> None:
+        """Whether each component runs and can do its work now, read at every scrape."""
+        self.health.components.update(checks)
 
     def instances_seen(self, instances: Iterable[Instance], *, now: float, timeout: float) -> None:
         """The instances registered on the database; those with a current heartbeat count."""
-        self.instances.set(sum(1 for i in instances if now - i.heartbeat_at <= timeout))
+        family = GaugeMetricFamily(
+            "herald_instances", "Herald instances on this database whose heartbeat is current"
+        )
+        family.add_metric([], sum(1 for i in instances if now - i.heartbeat_at <= timeout))
+        self.snapshots.set("instances", [family])
+
+    def instances_unknown(self) -> None:
+        self.snapshots.drop("instances")
 
     def reaped(self, released: Mapping[str, int]) -> None:
         """Dead instances, each with how many of its leases were released."""
         self.instances_reaped.inc(len(released))
         self.leases_released.inc(sum(released.values()))
 
-    def storage_error(self, operation: str) -> None:
-        self.storage_errors.labels(operation).inc()
+    def database_result(self, component: str, ok: bool) -> None:
+        """A component's database round trip succeeded or failed (``StorageError``)."""
+        health = self.health
+        if ok:
+            health.reached = True
+            if health.failures:
+                health.failures.pop(component, None)
+                for other in [c for c in health.failures if c not in LOOPS]:
+                    del health.failures[other]
+            return
+        health.failures[component] = time.monotonic()
+        self.storage_errors.labels(component).inc()
+
+    def api_answered(self, route: str, method: str, status: int, seconds: float) -> None:
+        """An HTTP request was answered (``route``: the pattern, never the raw path)."""
+        self.api_requests.labels(route, method, str(status)).inc()
+        self.api_durations.labels(route, method).observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _age(since: float | None, now: float) -> float:
+    return 0.0 if since is None or since > now else now - since
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseCounts:
+    """What the background refresh reads from the database in one pass."""
+
+    outbox_pending: int
+    outbox_oldest: float | None
+    """``created_at`` epoch of the oldest outbox row."""
+    deliveries: Mapping[str, int]
+    """Pending deliveries by state (:data:`PENDING_STATES`)."""
+    next_due_at: float | None
+    """Earliest ``next_attempt_at`` of an unheld pending delivery."""
+    destinations: list[tuple[str, str, int]]
+    replays: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Source -> (replays, deliveries re-queued)."""
+
+
+def replay_source(by: str) -> str:
+    """The bounded ``source`` label of a replay asked for ``by`` (``cli:alice``)."""
+    source = by.split(":", 1)[0]
+    return source if source in REPLAY_SOURCES else "other"

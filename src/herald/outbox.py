@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import structlog
 
+from herald import tracing
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
@@ -66,7 +68,10 @@ class Relay:
         on_deliveries: Callable[[], None] = lambda: None,
         on_batch: Callable[[RelayPlan], None] = lambda plan: None,
         handoff: Handover | None = None,
+        on_storage: Callable[[str, bool], None] = lambda component, ok: None,
     ) -> None:
+        self._on_storage = on_storage
+        """Told of each pass's database round trips: ``("relay", ok)`` (for metrics)."""
         self._store = store
         self._catalog = catalog
         self._policy = policy
@@ -140,6 +145,7 @@ class Relay:
 
     async def run_once(self) -> int:
         """Relay one batch; returns how many outbox rows it consumed."""
+        started = time.time()
         for _ in range(10):
             await self._catalog.refresh()
             room = self._handoff.room() if self._handoff is not None else None
@@ -161,6 +167,19 @@ class Relay:
             if wakes_claims(plan, room):
                 self._on_deliveries()
             self._on_batch(plan)
+            if tracing.enabled():
+                tracing.record(
+                    tracing.RELAY_SPAN,
+                    started=started,
+                    ended=time.time(),
+                    attributes={
+                        "herald.relay.rows": count,
+                        "herald.relay.events": len(plan.events),
+                        "herald.relay.deliveries": len(plan.deliveries),
+                        "herald.relay.rejected": len(plan.rejected),
+                        "herald.relay.handed_over": len(plan.leased),
+                    },
+                )
         return count
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -178,6 +197,7 @@ class Relay:
             # The database is away (locked, restarting, unreachable, full): nothing was
             # claimed or lost, so wait and try again; /readyz reports it meanwhile.
             self.storage_error = exc.message
+            self._on_storage("relay", False)
             log.warning("relay_storage_error", error=exc.message, retry_in=delay)
 
         try:
@@ -193,6 +213,7 @@ class Relay:
                 if count is None:
                     break  # stopping while the database is away
                 self.storage_error = None
+                self._on_storage("relay", True)
                 if count >= self._batch:
                     continue
                 waiters = [

@@ -22,8 +22,15 @@ log = structlog.get_logger("herald.recorder")
 class Recorder:
     """Batches attempt records into one transaction per flush; retries failed writes."""
 
-    def __init__(self, store: Store, *, on_flush: Callable[[list[AttemptRecord]], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        on_flush: Callable[[list[AttemptRecord]], None],
+        on_storage: Callable[[str, bool], None] = lambda component, ok: None,
+    ) -> None:
         self._store = store
+        self._on_storage = on_storage
         self._pending: list[AttemptRecord] = []
         self._ready = asyncio.Event()
         self._on_flush = on_flush
@@ -59,6 +66,7 @@ class Recorder:
 
             def trouble(exc: StorageError, delay: float, count: int = len(batch)) -> None:
                 self.storage_error = exc.message
+                self._on_storage("recorder", False)
                 log.error("record_attempts_failed", error=exc.message, retry_in=delay, count=count)
 
             # An outcome that cannot be written is retried until it is, even while
@@ -67,6 +75,7 @@ class Recorder:
                 functools.partial(self._store.record_attempts, batch), on_error=trouble, first=0.05
             )
             self.storage_error = None
+            self._on_storage("recorder", True)
             self.unwritten -= len(batch)
             self._on_flush(batch)
 

@@ -16,7 +16,7 @@ import structlog
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
-from herald.attempt import attempt
+from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.fields import (
@@ -30,6 +30,7 @@ from herald.fields import (
 from herald.ids import new_id
 from herald.ingest import event_id_problem
 from herald.match import validate_event_type
+from herald.metrics import replay_source
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -57,6 +58,7 @@ REPLAY_BATCH = 500
 REPLAY_IDS_KEPT = 100
 
 replay_log = structlog.get_logger("herald.replay")
+log = structlog.get_logger("herald.service")
 
 
 def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
@@ -293,7 +295,19 @@ class DestinationService:
                 changes["status"] = self._status_change(dest, status_raw, changes.get("status"))
             return replace(dest, **changes), reverify
 
-        return await self._write(tenant_id, dest_id, change)
+        updated = await self._write(tenant_id, dest_id, change)
+        if current.status is not updated.status and DestinationStatus.INACTIVE in (
+            current.status,
+            updated.status,
+        ):
+            paused = updated.status is DestinationStatus.INACTIVE
+            log.info(
+                "destination_paused" if paused else "destination_resumed",
+                tenant_id=tenant_id,
+                destination_id=dest_id,
+                status=updated.status.value,
+            )
+        return updated
 
     def _merged(self, dest: Destination) -> dict[str, Any]:
         raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}
@@ -337,7 +351,9 @@ class DestinationService:
         async def change(dest: Destination) -> tuple[Destination, bool]:
             return dest, True
 
-        return await self._write(tenant_id, dest_id, change)
+        dest = await self._write(tenant_id, dest_id, change)
+        log.info("verification_requested", tenant_id=tenant_id, destination_id=dest_id)
+        return dest
 
     async def rotate_secret(
         self, tenant_id: str, dest_id: str, new_secret: str | None = None
@@ -403,8 +419,17 @@ class DestinationService:
         if self.catalog.get(dest.id) is None:
             await self.catalog.refresh(force=True)
         item = DueDelivery(new.id, dest.id, DeliveryKind.TEST, 0, 1, event)
-        record, _ = await attempt(self.catalog, self.policy, item)
+        record, type_id = await attempt(self.catalog, self.policy, item)
         await self.store.record_attempts([record])
+        # One line whatever the outcome (with the API's request_id when it asked).
+        log.info(
+            "test_ping_sent",
+            **log_ids(item),
+            destination_type=type_id,
+            outcome=record.attempt.outcome.value,
+            response_status=record.attempt.response_status,
+            error=record.attempt.error,
+        )
         delivery = await self.store.get_delivery(tenant_id, new.id, with_attempts=True)
         assert delivery is not None
         return delivery
@@ -485,6 +510,8 @@ class DestinationService:
                 )
             finished = time.time()
             await self.store.update_replay(record.id, requeued=requeued, finished_at=finished)
+            # In the database, not this process: the daemons' /metrics count CLI replays.
+            await self.store.count_replay(replay_source(by), requeued)
             record = replace(
                 record,
                 requeued=requeued,

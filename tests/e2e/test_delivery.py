@@ -199,6 +199,10 @@ async def test_attempt_log_lines_carry_their_ids_and_never_the_payload(
         (e["event_id"], e["delivery_id"], e["destination_id"], e["attempt"], e["response_status"])
         for e in failed
     ] == [("evt_logged", delivery, dest["id"], n, 500) for n in (1, 2, 3)]
+    assert all(e["tenant_id"] == "default" for e in failed)
+    # At debug, a success has its one line too (the verification ping's).
+    [verified] = [e for e in h.log_events() if e.get("event") == "attempt_succeeded"]
+    assert (verified["kind"], verified["destination_id"]) == ("verification", dest["id"])
     assert marker not in h.log()
 
 

@@ -23,6 +23,7 @@ from herald.dispatch import UNWRITTEN_FACTOR
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
 from tests.e2e.test_ops import database_outage
+from tests.e2e.test_outage_signals import component_up, scrape, storage_errors
 from tests.support.daemon import Herald
 from tests.support.databases import ADMIN_DSN
 from tests.support.hostile import BEHAVIOURS, Hostile
@@ -479,6 +480,11 @@ async def test_a_database_that_refuses_writes_makes_herald_unready_and_loses_not
             e.get("event") == "relay_storage_error" and cause in e.get("error", "")
             for e in h.log_events()
         )
+        # Prometheus sees it too: reads work, yet the database is down for Herald.
+        samples = await asyncio.to_thread(scrape, h)
+        assert samples[("herald_database_up", ())] == 0, samples
+        assert storage_errors(samples, "relay") > 0
+        assert component_up(samples, "relay") == 0
         # Writes work again: everything flows, and /readyz says so.
         if disk is not None:
             filler.unlink()
@@ -490,6 +496,9 @@ async def test_a_database_that_refuses_writes_makes_herald_unready_and_loses_not
             )
         await eventually(lambda: len(arrived(nginx, "evt_full_")) == n, timeout=60, what="all", h=h)
         await eventually(lambda: h.get("/readyz")[0] == 200, timeout=15, what="ready again")
+        await eventually(
+            lambda: scrape(h).get(("herald_database_up", ())) == 1, timeout=40, what="up again"
+        )
         assert await h.astop() == 0
         assert h.query("SELECT COUNT(*) FROM herald_outbox") == [(0,)]
         assert h.query(
@@ -528,10 +537,17 @@ async def test_a_read_only_database_at_start_is_a_clear_error(
                 proc = await h.acli(command, check=False)
                 assert proc.returncode == 1, (command, proc.stderr)
                 lines = proc.stderr.strip().splitlines()
-                assert len(lines) == 2, (command, proc.stderr)  # the error and a hint
-                assert lines[0].startswith("herald: error: "), lines
-                assert lines[1].startswith("herald: hint: "), lines
-                assert cause in lines[0].lower(), lines
+                if command == "run":  # a daemon logging JSON (log.format): its last line too
+                    assert len(lines) == 1, (command, proc.stderr)
+                    last = json.loads(lines[0])
+                    assert (last["event"], last["exit_code"]) == ("herald_failed", 1), last
+                    assert cause in last["error"].lower(), last
+                    assert last["hint"], last
+                else:
+                    assert len(lines) == 2, (command, proc.stderr)  # the error and a hint
+                    assert lines[0].startswith("herald: error: "), lines
+                    assert lines[1].startswith("herald: hint: "), lines
+                    assert cause in lines[0].lower(), lines
         finally:
             if disk is not None:
                 remount(disk, "rw")

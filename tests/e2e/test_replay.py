@@ -19,6 +19,7 @@ from aiohttp import web
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import wait_active, wait_deliveries
+from tests.e2e.test_outage_signals import scrape
 from tests.support.api import error_of, eventually, open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Received, Receiver
@@ -66,7 +67,12 @@ class Scenario:
 
 @pytest.fixture
 async def scenario(herald_factory: HeraldFactory) -> AsyncIterator[Scenario]:
-    h = herald_factory({"delivery": {"max_retries": 0, "replay_rate_per_second": API_REPLAY_RATE}})
+    h = herald_factory(
+        {
+            "delivery": {"max_retries": 0, "replay_rate_per_second": API_REPLAY_RATE},
+            "metrics": {"refresh_seconds": 0.2},
+        }
+    )
     receivers: list[Receiver] = []
     s = Scenario(h, receivers, [])
 
@@ -284,6 +290,53 @@ async def test_api_replay_is_logged_and_rate_limited(scenario: Scenario) -> None
     assert entry["rate_per_second"] == API_REPLAY_RATE
     assert key is not None
     assert key not in h.log()  # who asked is the tenant, never the key
+
+
+async def test_cli_and_api_replays_move_the_daemons_replay_counters(scenario: Scenario) -> None:
+    """The service layer counts every replay in the database, so a replay from the CLI
+    (another process) moves the daemon's counters as one through its API does; a dry
+    run counts nothing. The API replay's log line carries its request's id."""
+    h = scenario.h
+    await deactivate(scenario)
+    async with open_api(h, "default") as api:
+        status, headers, body = await api.post(
+            f"/v2/event-destinations/{scenario.dests[0]}/replay", json={"status": "failure"}
+        )
+    assert status == 202, body
+    await h.acli("replay", "--status", "failure", "--dry-run")
+    proc = await h.acli("replay", "--status", "failure", "--rate", "0")
+    assert "re-queued 5 of 5" in proc.stdout
+
+    def counted() -> dict[str, float]:
+        got = scrape(h)
+        return {
+            f"{name.removeprefix('herald_').removesuffix('_total')}:{source}": got.get(
+                (name, (("source", source),)), -1
+            )
+            for name in ("herald_replays_total", "herald_deliveries_replayed_total")
+            for source in ("cli", "api", "console")
+        }
+
+    expected = {
+        "replays:cli": 1,
+        "replays:api": 1,
+        "replays:console": 0,
+        "deliveries_replayed:cli": 5,
+        "deliveries_replayed:api": 5,
+        "deliveries_replayed:console": 0,
+    }
+    deadline = time.monotonic() + 10
+    while (got := await asyncio.to_thread(counted)) != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert got == expected
+    route = (
+        ("method", "POST"),
+        ("route", "/v2/event-destinations/{id}/replay"),
+        ("status", "202"),
+    )
+    assert (await asyncio.to_thread(scrape, h))[("herald_api_requests_total", route)] == 1
+    [entry] = [e for e in h.log_events() if e.get("event") == "replay"]
+    assert entry["request_id"] == headers["X-Request-Id"]
 
 
 async def test_deliveries_list_and_show_print_tables(scenario: Scenario) -> None:

@@ -30,6 +30,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.gctune",
         "herald.apikeys",
         "herald.metrics",
+        "herald.tracing",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row parsing.
     (

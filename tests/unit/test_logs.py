@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import sys
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +22,16 @@ class Terminal(io.StringIO):
 
 @pytest.fixture(autouse=True)
 def _restore() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level, hook = list(root.handlers), root.level, sys.excepthook
     yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    sys.excepthook = hook
+    logging.captureWarnings(False)
     structlog.reset_defaults()
     logs.set_level("info")
     structlog.reset_defaults()
@@ -63,3 +75,69 @@ def test_level_filters_and_set_level_changes_it() -> None:
     log.debug("now_shown")
     assert logs.debug_enabled()
     assert [json.loads(x)["event"] for x in out.getvalue().splitlines()] == ["shown", "now_shown"]
+
+
+def lines(out: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_libraries_lines_are_json_on_the_same_stream() -> None:
+    """aiormq, botocore, azure, asyncio log through the standard library: their records
+    come out as JSON lines beside Herald's own, with the same time and level fields."""
+    out = io.StringIO()
+    logs.configure(level="info", fmt="json", stream=out)
+    logging.getLogger("aiormq.connection").error("error when creating transport: %s", "refused")
+    logging.getLogger("azure.core").info("every request at info")  # below the floor
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("asyncio").exception("Task exception was never retrieved")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
+    structlog.get_logger("herald").info("herald_line")
+    aiormq, task, warned, own = lines(out)
+    assert aiormq["event"] == "error when creating transport: refused"
+    assert (aiormq["logger"], aiormq["level"]) == ("aiormq.connection", "error")
+    assert str(aiormq["timestamp"]).endswith("Z")
+    assert task["logger"] == "asyncio"
+    assert "RuntimeError: boom" in str(task["exception"])
+    assert warned["logger"] == "py.warnings"
+    assert "deprecated thing" in str(warned["event"])
+    assert own["event"] == "herald_line"
+
+
+def test_library_lines_below_warning_are_dropped_even_at_debug() -> None:
+    """aiosqlite's debug lines carry statements' parameters (event payloads)."""
+    out = io.StringIO()
+    logs.configure(level="debug", fmt="json", stream=out)
+    logging.getLogger("aiosqlite").debug("operation with a payload")
+    logging.getLogger("azure.core").info("every request")
+    structlog.get_logger("herald").debug("herald_debug")
+    assert [r["event"] for r in lines(out)] == ["herald_debug"]
+    logs.set_level("error")
+    logging.getLogger("aiormq").warning("hidden at error")
+    assert len(lines(out)) == 1
+
+
+def test_instants_are_iso_utc_not_epoch_floats() -> None:
+    out = io.StringIO()
+    logs.configure(level="info", fmt="json", stream=out)
+    structlog.get_logger("t").info(
+        "attempt_failed", next_attempt_at=1795556469.14, attempt=2, retry_in=0.5, seen_at=None
+    )
+    [record] = lines(out)
+    assert record["next_attempt_at"] == "2026-11-24T21:41:09.140000Z"
+    assert (record["attempt"], record["retry_in"], record["seen_at"]) == (2, 0.5, None)
+
+
+def test_an_uncaught_exception_is_one_json_line() -> None:
+    out = io.StringIO()
+    logs.configure(level="info", fmt="json", stream=out)
+    try:
+        raise ValueError("nobody caught me")
+    except ValueError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    [record] = lines(out)
+    assert (record["event"], record["level"]) == ("uncaught_exception", "critical")
+    assert "ValueError: nobody caught me" in str(record["exception"])

@@ -3,9 +3,14 @@ through prometheus-client's own parser of the exposition format."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from herald.metrics import Metrics
+from herald import metrics
+from herald.metrics import DatabaseCounts, Metrics, replay_source
 
 
 def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -86,3 +91,111 @@ def test_nothing_is_exposed_before_the_first_attempt() -> None:
     assert not any(n.startswith("herald_delivery_attempt") for n in names)
     text = Metrics().exposition().decode()
     assert "# TYPE herald_delivery_attempts_total counter" in text  # described, no samples yet
+
+
+# --- the database's health, and what the refresh reads from it -----------------------
+
+
+def test_database_up_follows_every_components_last_round_trip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    m = Metrics()
+    db = ("herald_database_up", ())
+    assert samples(m)[db] == 0  # no round trip yet: not known to be up
+    m.database_result("relay", True)
+    assert samples(m)[db] == 1
+    m.database_result("recorder", False)
+    m.database_result("relay", True)  # reads work, writes fail: still down
+    assert samples(m)[db] == 0
+    assert samples(m)[("herald_storage_errors_total", (("component", "recorder"),))] == 1
+    m.database_result("recorder", True)
+    assert samples(m)[db] == 1
+    # An occasional caller's failure ends with anyone's success: it may not call again.
+    m.database_result("api", False)
+    assert samples(m)[db] == 0
+    m.database_result("gauges", True)
+    assert samples(m)[db] == 1
+    # A loop's failure stops counting once it is old, if nothing renews it.
+    m.database_result("heartbeat", False)
+    clock[0] += metrics.DATABASE_FAILURE_MEMORY - 1
+    assert samples(m)[db] == 0
+    clock[0] += 2
+    assert samples(m)[db] == 1
+
+
+def test_component_up_is_read_at_scrape_time() -> None:
+    m = Metrics()
+    state = {"relay": True}
+    m.track_components(relay=lambda: state["relay"], workers=lambda: True)
+    key = ("herald_component_up", (("component", "relay"),))
+    assert samples(m)[key] == 1
+    state["relay"] = False
+    assert samples(m)[key] == 0
+
+
+def counts(**kw: Any) -> DatabaseCounts:
+    args: dict[str, Any] = {
+        "outbox_pending": 3,
+        "outbox_oldest": 90.0,
+        "deliveries": {"due": 2, "held": 1},
+        "next_due_at": 40.0,
+        "destinations": [("webhook", "active", 4)],
+        "replays": {"cli": (2, 30), "api": (1, 5)},
+    }
+    args.update(kw)
+    return DatabaseCounts(**args)
+
+
+def test_database_counts_are_dropped_when_their_refresh_fails() -> None:
+    m = Metrics()
+    m.database_counted(counts(), now=100.0)
+    got = samples(m)
+    assert got[("herald_outbox_pending", ())] == 3
+    assert got[("herald_outbox_lag_seconds", ())] == 10
+    assert got[("herald_oldest_due_delivery_age_seconds", ())] == 60
+    assert got[("herald_deliveries_pending", (("state", "due"),))] == 2
+    assert got[("herald_deliveries_pending", (("state", "scheduled_retry"),))] == 0
+    assert got[("herald_destinations", (("status", "active"), ("type", "webhook")))] == 4
+    assert got[("herald_replays_total", (("source", "cli"),))] == 2
+    assert got[("herald_deliveries_replayed_total", (("source", "cli"),))] == 30
+    assert got[("herald_replays_total", (("source", "console"),))] == 0
+    m.database_count_failed()
+    names = {name for name, _ in samples(m)}
+    for gone in ("herald_outbox_pending", "herald_deliveries_pending", "herald_destinations"):
+        assert gone not in names  # stale in Prometheus, not frozen at 3
+    m.database_counted(counts(next_due_at=None, outbox_oldest=None), now=100.0)
+    got = samples(m)
+    assert got[("herald_oldest_due_delivery_age_seconds", ())] == 0
+    assert got[("herald_outbox_lag_seconds", ())] == 0
+    # Due in the future (a retry not yet due): nothing waits.
+    m.database_counted(counts(next_due_at=150.0), now=100.0)
+    assert samples(m)[("herald_oldest_due_delivery_age_seconds", ())] == 0
+
+
+def test_instances_are_dropped_when_the_heartbeat_fails() -> None:
+    m = Metrics()
+    m.instances_seen([], now=0, timeout=10)
+    assert samples(m)[("herald_instances", ())] == 0
+    m.instances_unknown()
+    assert ("herald_instances", ()) not in samples(m)
+
+
+def test_api_requests_by_route_method_and_status() -> None:
+    m = Metrics()
+    m.api_answered("/v2/event-deliveries/{id}", "GET", 404, 0.003)
+    m.api_answered("/v2/event-deliveries/{id}", "GET", 404, 0.2)
+    got = samples(m)
+    route = (("method", "GET"), ("route", "/v2/event-deliveries/{id}"))
+    assert got[("herald_api_requests_total", (*route[:1], route[1], ("status", "404")))] == 2
+    assert got[("herald_api_request_duration_seconds_count", route)] == 2
+    assert got[("herald_api_request_duration_seconds_bucket", (("le", "0.005"), *route))] == 1
+
+
+def test_replay_sources_are_bounded() -> None:
+    assert replay_source("cli:alice") == "cli"
+    assert replay_source("api:tenant_1") == "api"
+    assert replay_source("console:op") == "console"
+    assert replay_source("service") == "other"
+    assert replay_source("x" * 500) == "other"

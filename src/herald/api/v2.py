@@ -44,10 +44,18 @@ from herald.api.request import (
 from herald.api.server import read_body
 from herald.apikeys import API_KEY_PREFIX, hash_api_key
 from herald.config import Settings
-from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
+from herald.errors import (
+    BadRequest,
+    Conflict,
+    HeraldError,
+    NotFound,
+    StorageError,
+    ValidationError,
+)
 from herald.fields import MAX_TYPE_LENGTH
 from herald.ids import new_id
 from herald.logs import debug_enabled
+from herald.metrics import Metrics
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
 from herald.service import DestinationService
 from herald.timeutil import format_epoch
@@ -70,6 +78,10 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 API_KEY = re.compile(API_KEY_PREFIX + r"[\x21-\x7e]{1,192}")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods counted as themselves; any other is ``other`` (a label value per request
+line a client invents would be unbounded)."""
 
 REQUEST_ID = web.RequestKey("request_id", str)
 TENANT = web.RequestKey("tenant", str)
@@ -98,8 +110,10 @@ class Api:
         settings: Settings,
         cursor_key: bytes,
         wake: Callable[[], None] = lambda: None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.service = service
+        self.metrics = metrics
         self.registry = service.registry
         self.settings = settings
         self.models = schemas.destination_models(service.registry)
@@ -122,6 +136,8 @@ class Api:
 
     # --- wiring ---------------------------------------------------------------
     def setup(self, app: web.Application) -> None:
+        if self.metrics is not None:
+            app.middlewares.append(self.measure)
         app.middlewares.append(self.middleware)
         r = app.router
         p = PREFIX
@@ -145,6 +161,29 @@ class Api:
         r.add_post(f"{p}/token", self.create_token)
 
     # --- middleware -------------------------------------------------------------
+    @web.middleware
+    async def measure(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Count every answer by route pattern (``/v2/event-deliveries/{id}``, never the
+        path: ids would make a series per delivery), method and status."""
+        assert self.metrics is not None
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:  # the ops routes' own 404 and 405
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            method = request.method if request.method in _METHODS else "other"
+            self.metrics.api_answered(route, method, status, time.perf_counter() - started)
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
@@ -226,7 +265,11 @@ class Api:
                 raise BadRequest("the URL contains a NUL character", code="invalid_character")
             await read_body(request, self.settings.api.body_timeout_seconds)
             response = await handler(request)
+            if self.metrics is not None and TENANT in request:
+                self.metrics.database_result("api", True)  # its key and its call were answered
         except HeraldError as exc:
+            if isinstance(exc, StorageError) and self.metrics is not None:
+                self.metrics.database_result("api", False)
             response = self._error(exc, request_id)
             if isinstance(exc, Unauthorized):
                 challenge = 'Bearer realm="herald"'
@@ -673,7 +716,8 @@ def setup(
     settings: Settings,
     cursor_key: bytes,
     wake: Callable[[], None] = lambda: None,
+    metrics: Metrics | None = None,
 ) -> Api:
-    api = Api(service, settings=settings, cursor_key=cursor_key, wake=wake)
+    api = Api(service, settings=settings, cursor_key=cursor_key, wake=wake, metrics=metrics)
     api.setup(app)
     return api

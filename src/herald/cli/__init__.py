@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 import argcomplete
+import structlog
 
 from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
@@ -30,6 +31,7 @@ from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
 from herald.config import Settings, load_settings
 from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, resolution
 from herald.logs import configure as configure_logs
+from herald.logs import json_enabled
 
 __all__ = ["build_parser", "main"]
 
@@ -47,11 +49,19 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
 }
 
 
-def _die(exc: HeraldError, code: int) -> NoReturn:
+def _die(exc: HeraldError, code: int, *, daemon: bool = False) -> NoReturn:
     """Every problem of the input, one line each, then what to do about the first."""
-    for problem in (exc, *exc.also):
-        print(f"herald: error: {visible(_with_field(problem))}", file=sys.stderr)
-    if hint := resolution(exc.code, exc.status):
+    hint = resolution(exc.code, exc.status)
+    problems = [_with_field(problem) for problem in (exc, *exc.also)]
+    if daemon and json_enabled():
+        # The daemon's stderr is read by a log collector: its last line is JSON too.
+        structlog.get_logger("herald").error(
+            "herald_failed", error="; ".join(problems), hint=hint, exit_code=code
+        )
+        raise SystemExit(code)
+    for problem in problems:
+        print(f"herald: error: {visible(problem)}", file=sys.stderr)
+    if hint:
         print(f"herald: hint: {hint}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -72,9 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logs(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
         return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
     except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
-        _die(exc, EXIT_USAGE)
+        _die(exc, EXIT_USAGE, daemon=args.command == "run")
     except HeraldError as exc:
-        _die(exc, EXIT_FAILED)
+        _die(exc, EXIT_FAILED, daemon=args.command == "run")
     except KeyboardInterrupt:
         return 130
 

@@ -310,6 +310,21 @@ class SQLStore(Generic[D]):
         due, scheduled, held = (int(v) for v in rows[0])
         return {"due": due, "scheduled_retry": scheduled, "held": held}
 
+    async def count_replay(self, source: str, requeued: int) -> None:
+        """Count one replay asked for by ``source`` that re-queued ``requeued`` deliveries
+        (kept in the database: a CLI replay moves the daemons' metrics too)."""
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "count_replay", source, requeued)
+
+    async def replay_counts(self) -> dict[str, tuple[int, int]]:
+        """Source -> (replays, deliveries they re-queued), as :meth:`count_replay` kept them."""
+        counts: dict[str, list[int]] = {}
+        for key, value in await self.dialect.read("replay_counts", gauges=True):
+            kind, _, source = str(key).partition(":")
+            pair = counts.setdefault(source, [0, 0])
+            pair[0 if kind == "replays" else 1] = int(value)
+        return {source: (runs, requeued) for source, (runs, requeued) in counts.items()}
+
     # --- instances --------------------------------------------------------
     async def heartbeat(self, instance: Instance, *, now: float) -> bool:
         """Record that ``instance`` lives; False if its row was missing (new, or reaped)."""

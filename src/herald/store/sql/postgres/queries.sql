@@ -455,3 +455,12 @@ DELETE FROM herald_session_tokens WHERE id IN (SELECT id FROM herald_session_tok
 DELETE FROM herald_replays WHERE id IN (SELECT r.id FROM herald_replays r
   WHERE r.created_at < $1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
     WHERE d.replay_id = r.id) LIMIT $2)
+
+-- count_replay --
+-- Replays by who asked ($1), for every instance's metrics: replays:$1 and replayed:$1
+INSERT INTO herald_meta (key, value)
+VALUES ('replays:' || $1::text, 1), ('replayed:' || $1::text, $2::bigint)
+ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value
+
+-- replay_counts --
+SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
