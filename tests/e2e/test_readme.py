@@ -240,3 +240,34 @@ def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
         for name in list(walk.terminals)[::-1]:
             walk.stop(name, signal.SIGTERM)
     assert "Traceback" not in walk.terminals["daemon"].output(), walk.context()
+
+
+def test_the_outbox_python_snippet_runs_as_written(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## The outbox") :]
+    snippet = section[section.index("```python\n") + len("```python\n") :]
+    snippet = snippet[: snippet.index("```")]
+    subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "herald"), "migrate"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.upper().startswith("HERALD_")},
+    )
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-c", snippet],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    event_id = proc.stdout.strip()
+    assert event_id.startswith("evt_"), proc.stdout
+    db = sqlite3.connect(tmp_path / "herald.db")
+    try:
+        rows = db.execute("SELECT tenant_id, type FROM herald_outbox WHERE id = ?", (event_id,))
+        assert rows.fetchall() == [("org_42", "task_run.completed")]
+    finally:
+        db.close()
