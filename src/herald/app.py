@@ -100,7 +100,7 @@ class Daemon:
         if parts.pool is not None:
             # Before the API and the relay: no attempt waits for a child's start-up.
             await parts.pool.start()
-        runner = await self._listen(
+        runners = await self._listen(
             parts, functools.partial(self._problems, parts, expected_schema)
         )
         loop = asyncio.get_running_loop()
@@ -114,7 +114,8 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-            await runner.cleanup()
+            for runner in runners:
+                await runner.cleanup()
             log.info("herald_stopped", exit_code=self.exit_code)
         return self.exit_code
 
@@ -199,11 +200,13 @@ class Daemon:
             problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
         return problems
 
-    async def _listen(self, parts: _Parts, readiness: ReadinessCheck) -> web.AppRunner:
-        """Serve the API; a port that cannot be had stops the start (and the children)."""
+    async def _listen(self, parts: _Parts, readiness: ReadinessCheck) -> list[web.AppRunner]:
+        """Serve the API, and /metrics on a listener of its own when metrics.listen says
+        so; a port that cannot be had stops the start (and the children)."""
         s = self.settings
         app = web.Application(client_max_size=s.api.max_body_bytes)
-        ops.add_routes(app, readiness=readiness, metrics=self.metrics)
+        own = s.metrics.listen is not None
+        ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
         v2.setup(
             app,
             parts.comp.service,
@@ -212,19 +215,24 @@ class Daemon:
             wake=parts.changed,
             metrics=self.metrics,
         )
-        runner = server.Runner(app, s.api)
-        await runner.setup()
-        site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            if parts.pool is not None:
-                await parts.pool.stop()
-            raise ConfigError(
-                f"api.listen: cannot listen on {s.api.listen}: {exc.strerror}"
-            ) from exc
-        return runner
+        runners: list[web.AppRunner] = [server.Runner(app, s.api)]
+        sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]
+        if own:
+            scrape = web.Application()
+            ops.add_routes(scrape, readiness=readiness, metrics=self.metrics)
+            runners.append(web.AppRunner(scrape, access_log=None))
+            sites.append(("metrics.listen", s.metrics.listen or "", s.metrics.host, s.metrics.port))
+        for runner, (key, listen, host, port) in zip(runners, sites, strict=True):
+            await runner.setup()
+            try:
+                await web.TCPSite(runner, host, port, reuse_address=True).start()
+            except OSError as exc:
+                for started in runners:
+                    await started.cleanup()
+                if parts.pool is not None:
+                    await parts.pool.stop()
+                raise ConfigError(f"{key}: cannot listen on {listen}: {exc.strerror}") from exc
+        return runners
 
     async def _run(self, parts: _Parts) -> None:
         """Run the parts until a signal or the first of them to end; then stop them all."""

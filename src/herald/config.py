@@ -124,10 +124,7 @@ class ApiSettings(_Section):
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8080")
-        return value
+        return _host_port(value)
 
     @property
     def host(self) -> str:
@@ -136,6 +133,13 @@ class ApiSettings(_Section):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return value
 
 
 AUTO_WORKERS_MAX = 4
@@ -250,6 +254,22 @@ class RetentionSettings(_Section):
 class MetricsSettings(_Section):
     refresh_seconds: float = Field(default=5.0, gt=0)
     per_destination: bool = False
+    listen: str | None = None
+    """HOST:PORT of a listener of its own for /metrics (and /healthz, /readyz), which
+    then leaves the API's; None: /metrics is served on api.listen."""
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        return None if value is None else _host_port(value)
+
+    @property
+    def host(self) -> str:
+        return (self.listen or "").rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int((self.listen or ":0").rpartition(":")[2])
 
 
 class LogSettings(_Section):
@@ -300,6 +320,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file's values arrive as init kwargs; the environment overrides them.
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _separate_listeners(self) -> Settings:
+        if self.metrics.listen is not None and self.metrics.listen == self.api.listen:
+            raise ValueError("metrics.listen must differ from api.listen (or be left unset)")
+        return self
 
     def key_file(self) -> Path | None:
         """Where the generated encryption key lives when none is configured."""

@@ -431,6 +431,30 @@ def test_kustomize_builds_the_postgres_variant(yaml: Any) -> None:
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
+def test_the_postgres_variant_can_scrape_a_port_of_its_own(yaml: Any, tmp_path: Path) -> None:
+    """The commented metrics-port patch, switched on: metrics.listen, the container's
+    port, the Service's and the ServiceMonitor's all agree."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    kustomization = copy / "postgres" / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert "  # - path: metrics-port.yaml" in text
+    kustomization.write_text(
+        text.replace("  # - path: metrics-port.yaml", "  - path: metrics-port.yaml")
+    )
+    objs = kustomize(copy / "postgres", yaml)
+    [container] = objs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    listen = env["HERALD_METRICS__LISTEN"]
+    assert Settings.model_validate({"metrics": {"listen": listen}}).metrics.port == 9464
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8080, "metrics": 9464}
+    service_ports = {p["name"]: p["targetPort"] for p in objs["Service"]["spec"]["ports"]}
+    assert service_ports == {"http": "http", "metrics": "metrics"}
+    [endpoint] = objs["ServiceMonitor"]["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+
+
 def test_compose_stack(yaml: Any) -> None:
     path = DEPLOY / "compose.yaml"
     text = path.read_text()

@@ -11,6 +11,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
-from tests.support.daemon import Herald
+from tests.support.daemon import Herald, free_port
 from tests.support.databases import ADMIN_DSN
 from tests.support.receiver import Receiver, verification_ok_then
 
@@ -309,3 +310,19 @@ def test_unit_file_is_type_notify_and_hardened() -> None:
         "ExecReload=/bin/kill -HUP $MAINPID",
     ):
         assert directive in unit
+
+
+async def test_metrics_can_have_a_listener_of_their_own(herald_factory: HeraldFactory) -> None:
+    """metrics.listen: the scrape (and the probes) on another port, off the API's."""
+    port = free_port()
+    h = herald_factory({"metrics": {"listen": f"127.0.0.1:{port}"}})
+    samples = await asyncio.to_thread(scrape, port)
+    assert samples["herald_database_up"] == 1, "the metrics port answers /metrics"
+    assert h.get("/readyz")[0] == 200
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        await asyncio.to_thread(
+            urllib.request.urlopen, f"http://127.0.0.1:{h.port}/metrics", timeout=5
+        )
+    caught.value.close()
+    assert caught.value.code == 404
+    assert h.get("/healthz")[0] == 200  # the API port keeps its probes

@@ -13,7 +13,12 @@ ReadinessCheck = Callable[[], Awaitable[dict[str, str]]]
 """Returns the components that are not ready, each with why; empty when ready."""
 
 
-def add_routes(app: web.Application, *, readiness: ReadinessCheck, metrics: Metrics) -> None:
+def add_routes(
+    app: web.Application, *, readiness: ReadinessCheck, metrics: Metrics, scrape: bool = True
+) -> None:
+    """/healthz, /readyz and, unless ``scrape`` is False (metrics.listen serves it
+    elsewhere), /metrics."""
+
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -26,11 +31,12 @@ def add_routes(app: web.Application, *, readiness: ReadinessCheck, metrics: Metr
             return web.json_response({"status": "unready", "problems": problems}, status=503)
         return web.json_response({"status": "ready"})
 
-    async def scrape(request: web.Request) -> web.Response:
+    async def exposition(request: web.Request) -> web.Response:
         response = web.Response(body=metrics.exposition())
         response.headers["Content-Type"] = CONTENT_TYPE
         return response
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", scrape)
+    if scrape:
+        app.router.add_get("/metrics", exposition)
