@@ -23,7 +23,7 @@ from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
 from herald.metrics import Metrics
-from herald.model import Instance
+from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.service import DestinationService
 from herald.systemd import Notifier
@@ -133,6 +133,7 @@ class Daemon:
             owner=self.owner,
             on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,
+            on_recorded=lambda recorded: self._recorded(recorded, relay),
         )
         relay = Relay(
             comp.store,
@@ -153,6 +154,13 @@ class Daemon:
             comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
         )
         return parts
+
+    def _recorded(self, recorded: Recorded, relay: Relay) -> None:
+        """A recording committed deliveries exhausted or operational events (which wait
+        in the outbox: the relay takes them now rather than at its next poll)."""
+        self.metrics.signals_recorded(recorded)
+        if recorded.signals:
+            relay.wake()
 
     async def _recover(self, comp: Components) -> None:
         if self.settings.database.sqlite_path is not None:
@@ -282,6 +290,7 @@ class Daemon:
                 self.metrics.outbox_counted(pending, oldest, now=now)
                 self.metrics.pending_counted(await comp.store.delivery_counts(now=now))
                 self.metrics.destinations_counted(await comp.store.destination_counts())
+                self.metrics.failing_counted(await comp.store.failing_count())
             except StorageError as exc:
                 self.metrics.storage_error("refresh_gauges")
                 log.warning("gauge_refresh_failed", error=exc.message)

@@ -25,7 +25,7 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
-from herald.model import AttemptRecord, DueDelivery, Outcome
+from herald.model import AttemptRecord, DueDelivery, Outcome, Recorded
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
@@ -74,6 +74,7 @@ class Dispatcher:
         owner: str,
         on_attempt: Callable[[str, AttemptRecord, DueDelivery], None] = lambda t, r, d: None,
         submit: Submit | None = None,
+        on_recorded: Callable[[Recorded], None] = lambda recorded: None,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -129,7 +130,7 @@ class Dispatcher:
         database outage) starts nothing: the record being written settles it."""
         self._given_up = False
         """Stopping, the grace period is over: outcomes that still arrive are ignored."""
-        self.recorder = Recorder(store, on_flush=self._flushed)
+        self.recorder = Recorder(store, on_flush=self._flushed, on_recorded=on_recorded)
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None

@@ -36,6 +36,7 @@ from herald.model import (
     DueDelivery,
     Instance,
     Outcome,
+    Recorded,
     RelayPlan,
 )
 
@@ -231,6 +232,16 @@ class Metrics:
             "herald_instances_reaped",
             "Instances presumed dead after missing heartbeats (their leases released)",
         )
+        self.exhausted = counter(
+            "herald_deliveries_exhausted",
+            "Event deliveries that ran out of attempts (status failure), by destination type",
+            "type",
+        )
+        self.failing = gauge(
+            "herald_destinations_failing",
+            "Destinations in a failing episode (signals.failing_after_attempts consecutive"
+            " failed attempts, no success since)",
+        )
         self.leases_released = counter(
             "herald_leases_released",
             "Deliveries leased by a dead instance and released for others to attempt",
@@ -280,6 +291,14 @@ class Metrics:
         self.destinations.clear()
         for type_, status, count in rows:
             self.destinations.labels(type_, status).set(count)
+
+    def signals_recorded(self, recorded: Recorded) -> None:
+        """A recording committed: the deliveries it exhausted (by destination type)."""
+        for type_ in recorded.exhausted:
+            self.exhausted.labels(type_).inc()
+
+    def failing_counted(self, count: int) -> None:
+        self.failing.set(count)
 
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from herald.metrics import Metrics
+from herald.model import Recorded
 
 
 def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -86,3 +87,15 @@ def test_nothing_is_exposed_before_the_first_attempt() -> None:
     assert not any(n.startswith("herald_delivery_attempt") for n in names)
     text = Metrics().exposition().decode()
     assert "# TYPE herald_delivery_attempts_total counter" in text  # described, no samples yet
+
+
+def test_exhausted_deliveries_and_failing_destinations() -> None:
+    m = Metrics()
+    m.signals_recorded(Recorded([], ["webhook", "webhook", "aws_sqs"]))
+    m.failing_counted(2)
+    got = samples(m)
+    assert got["herald_deliveries_exhausted_total", (("type", "webhook"),)] == 2
+    assert got["herald_deliveries_exhausted_total", (("type", "aws_sqs"),)] == 1
+    assert got["herald_destinations_failing", ()] == 2
+    m.failing_counted(0)
+    assert samples(m)["herald_destinations_failing", ()] == 0
