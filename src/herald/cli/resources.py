@@ -14,7 +14,14 @@ from herald.cli.common import (
     json_object,
     read_body,
 )
-from herald.cli.output import dest_rows, print_delivery, print_json, short_ts, table
+from herald.cli.output import (
+    dest_rows,
+    print_delivery,
+    print_json,
+    print_verification,
+    short_ts,
+    table,
+)
 from herald.config import Settings
 from herald.model import DeliveryStatus, Destination, DestinationStatus
 from herald.views import delivery_view, destination_view, event_view, list_view
@@ -93,6 +100,7 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
         else:
             v = view(dest)
             dest_rows([v])
+            print_verification(v)
     return EXIT_OK
 
 
