@@ -28,10 +28,18 @@ from herald.model import (
     DestinationStatus,
     DueDelivery,
     Outcome,
+    Recorded,
 )
 from herald.store import Store
 from herald.views import verification_view
-from tests.integration.conftest import Harness, HarnessFactory, insert_outbox_row
+from tests.integration.conftest import (
+    Harness,
+    HarnessFactory,
+    closed_port,
+    eventually,
+    insert_outbox_row,
+    running,
+)
 
 FAR = 10**10
 
@@ -313,3 +321,27 @@ async def test_producers_cannot_publish_operational_events(harness: Harness) -> 
     if h.backend == "sqlite":
         with pytest.raises(ValueError, match="reserved"):
             h.produce(DESTINATION_RECOVERED, {})  # herald.outbox.publish
+
+
+async def test_the_engine_s_own_attempts_signal(harness_factory: HarnessFactory) -> None:
+    """Attempts made in this process (``herald.attempt``) carry their delivery to the
+    recorder: a dead receiver's failures open an episode and exhaust the delivery."""
+    h = await harness_factory(
+        delivery={"backoff_base_seconds": 0.01, "max_retries": 2},
+        signals={"failing_after_attempts": 2},
+    )
+    dead = await h.add_webhook(f"http://127.0.0.1:{closed_port()}/hook", events=("a.b",))
+    seen: list[Recorded] = []
+    dispatcher = h.dispatcher()
+    dispatcher.recorder._on_recorded = seen.append
+    await h.emit("a.b")
+    async with running(dispatcher):
+        await eventually(
+            lambda: asyncio.sleep(0, len(signals_in_outbox(h)) == 2), what="two signals"
+        )
+    assert [(t, about) for _, t, about, _ in signals_in_outbox(h)] == [
+        (DESTINATION_FAILING, dead.id),
+        (DELIVERY_EXHAUSTED, dead.id),
+    ]
+    assert state(h, dead.id) == (3, True)
+    assert [t for r in seen for t in r.exhausted] == ["webhook"]
