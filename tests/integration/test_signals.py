@@ -345,3 +345,21 @@ async def test_the_engine_s_own_attempts_signal(harness_factory: HarnessFactory)
     ]
     assert state(h, dead.id) == (3, True)
     assert [t for r in seen for t in r.exhausted] == ["webhook"]
+
+
+async def test_a_superseded_verification_that_runs_out_signals_nothing(harness: Harness) -> None:
+    h = harness
+    dest = await h.service.create(
+        "default",
+        {
+            "name": "v",
+            "type": "webhook",
+            "events": ["a.b"],
+            "webhook": {"url": "http://127.0.0.1:1/"},
+        },
+    )
+    [old_ping] = await claim(h)
+    await h.service.verify("default", dest.id)  # a new ping supersedes the one in flight
+    done = await h.store.record_attempts([outcome_of(old_ping, ok=False, final=True)])
+    assert done.signals == []
+    assert verification_view(await h.service.get("default", dest.id))["state"] == "pending"
