@@ -23,7 +23,7 @@ from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
 from herald.metrics import DatabaseCounts, Metrics
-from herald.model import Instance
+from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.service import DestinationService
 from herald.systemd import Notifier
@@ -135,6 +135,7 @@ class Daemon:
             on_attempt=self.metrics.attempt_recorded,
             submit=None if pool is None else pool.submit,
             on_storage=self.metrics.database_result,
+            on_recorded=lambda recorded: self._recorded(recorded, relay),
         )
         relay = Relay(
             comp.store,
@@ -163,6 +164,13 @@ class Daemon:
             comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
         )
         return parts
+
+    def _recorded(self, recorded: Recorded, relay: Relay) -> None:
+        """A recording committed deliveries exhausted or operational events (which wait
+        in the outbox: the relay takes them now rather than at its next poll)."""
+        self.metrics.signals_recorded(recorded)
+        if recorded.signals:
+            relay.wake()
 
     async def _recover(self, comp: Components) -> None:
         if self.settings.database.sqlite_path is not None:
@@ -312,6 +320,7 @@ class Daemon:
                     next_due_at=await store.next_due_at(),
                     destinations=await store.destination_counts(),
                     replays=await store.replay_counts(),
+                    failing=await store.failing_count(),
                 )
             except StorageError as exc:
                 # Dropped, not frozen: a stale count would hide the outage it comes from.

@@ -99,7 +99,7 @@ async def attempt(
         )
     if result.outcome is Outcome.SUCCESS:
         activates = item.destination_id if item.kind is DeliveryKind.VERIFICATION else None
-        record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates)
+        record = AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, activates, item)
     else:
         nxt = policy.next_attempt_at(
             failed_attempt=number,
@@ -108,7 +108,7 @@ async def attempt(
             retry_after=result.retry_after,
         )
         status = DeliveryStatus.FAILURE if nxt is None else DeliveryStatus.PENDING
-        record = AttemptRecord(attempt, status, nxt)
+        record = AttemptRecord(attempt, status, nxt, None, item)
     return record, type_id
 
 

@@ -251,6 +251,15 @@ class RetentionSettings(_Section):
     batch_size: int = Field(default=5000, ge=1, le=100_000)
 
 
+class SignalsSettings(_Section):
+    """Herald's operational events (``herald.…``), delivered to the tenant's destinations
+    that subscribe to them."""
+
+    failing_after_attempts: int = Field(default=5, ge=1, le=10_000)
+    """Consecutive failed attempts to one destination that make it failing
+    (``herald.destination.failing``, once per episode)."""
+
+
 class MetricsSettings(_Section):
     refresh_seconds: float = Field(default=5.0, gt=0)
     per_destination: bool = False
@@ -305,6 +314,7 @@ class Settings(BaseSettings):
     relay: RelaySettings = RelaySettings()
     security: SecuritySettings = SecuritySettings()
     retention: RetentionSettings = RetentionSettings()
+    signals: SignalsSettings = SignalsSettings()
     metrics: MetricsSettings = MetricsSettings()
     log: LogSettings = LogSettings()
     tracing: TracingSettings = TracingSettings()

@@ -26,7 +26,7 @@ from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
 from herald.logs import debug_enabled
-from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome
+from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome, Recorded
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
@@ -76,6 +76,7 @@ class Dispatcher:
         on_attempt: Callable[[str, AttemptRecord, DueDelivery], None] = lambda t, r, d: None,
         submit: Submit | None = None,
         on_storage: Callable[[str, bool], None] = lambda component, ok: None,
+        on_recorded: Callable[[Recorded], None] = lambda recorded: None,
     ) -> None:
         self._store = store
         self._on_storage = on_storage
@@ -133,7 +134,9 @@ class Dispatcher:
         database outage) starts nothing: the record being written settles it."""
         self._given_up = False
         """Stopping, the grace period is over: outcomes that still arrive are ignored."""
-        self.recorder = Recorder(store, on_flush=self._flushed, on_storage=on_storage)
+        self.recorder = Recorder(
+            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=on_recorded
+        )
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None

@@ -139,6 +139,7 @@ _RESOLUTION_BY_CODE = {
     "events_empty": "Subscribe to at least one event type or pattern ('*' for all).",
     "event_pattern_invalid": "Write a pattern as an event type, optionally ending in '*'.",
     "event_type_invalid": "Use dot-separated lowercase words, e.g. order.paid.",
+    "event_type_reserved": "Use a type outside herald.…: those are Herald's own events.",
     "event_id_invalid": "Use an id of printable characters within the length limit.",
     "data_invalid": "Send data as a JSON object.",
     # Destinations.

@@ -13,7 +13,7 @@ from typing import Any
 
 from herald.errors import BadRequest, ValidationError
 from herald.ingest import control_problem
-from herald.match import validate_event_type, validate_pattern
+from herald.match import validate_event_type, validate_subscription
 
 MAX_NAME_LENGTH = 255
 MAX_TYPE_LENGTH = 64
@@ -77,7 +77,7 @@ def events_field(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] 
         )
     for i, pattern in enumerate(events):
         try:
-            validate_pattern(pattern)
+            validate_subscription(pattern)
         except ValidationError as exc:
             raise ValidationError(
                 exc.message, field=f"events[{i}]", code="event_pattern_invalid"

@@ -12,7 +12,7 @@ import re
 import orjson
 
 from herald.match import validate_event_type
-from herald.model import DEFAULT_TENANT, Event, OutboxRow
+from herald.model import DEFAULT_TENANT, OPERATIONAL_PREFIX, Event, OutboxRow, is_operational
 from herald.timeutil import parse_timestamp
 
 MAX_ID_LENGTH = 255
@@ -28,6 +28,17 @@ def control_problem(text: str, name: str) -> str | None:
     if found is None:
         return None
     return f"{name} contains a control character ({found.group()!r} at {found.start()})"
+
+
+def reserved_type_problem(event_type: str) -> str | None:
+    """Why a producer or an API client may not publish ``event_type``: it is under the
+    ``herald.`` prefix, which only Herald's own operational events use."""
+    if not is_operational(event_type):
+        return None
+    return (
+        f"event type {event_type[:128]!r} is reserved: types under {OPERATIONAL_PREFIX!r} are"
+        " Herald's own operational events"
+    )
 
 
 def event_id_problem(event_id: str) -> str | None:
@@ -75,6 +86,8 @@ def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
         validate_event_type(type_)
     except ValueError as exc:
         raise Reject("invalid_type", str(exc)) from exc
+    if row.about is None and (problem := reserved_type_problem(type_)) is not None:
+        raise Reject("reserved_type", problem)
     if row.data is None:
         raise Reject("missing_data", "data is NULL")
     if len(row.data) > max_payload_bytes:

@@ -8,8 +8,15 @@ from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
 from herald.errors import ValidationError
+from herald.model import OPERATIONAL_PREFIX, OPERATIONAL_TYPES
 
-__all__ = ["WILDCARD", "SubscriptionIndex", "validate_event_type", "validate_pattern"]
+__all__ = [
+    "WILDCARD",
+    "SubscriptionIndex",
+    "validate_event_type",
+    "validate_pattern",
+    "validate_subscription",
+]
 
 WILDCARD = "*"
 _FAMILY_SUFFIX = ".*"
@@ -42,6 +49,13 @@ def validate_event_type(t: str) -> str:
     return t
 
 
+_OPERATIONAL_FAMILIES = frozenset(
+    t.rsplit(".", n)[0] for t in OPERATIONAL_TYPES for n in range(1, t.count(".") + 1)
+)
+"""``herald`` and ``herald.delivery``, ``herald.destination``: the families a pattern
+under the reserved prefix may name."""
+
+
 def validate_pattern(p: str) -> str:
     """Return ``p`` if it is ``*``, an exact event type, or a family such as ``invoice.*``."""
     if p == WILDCARD:
@@ -50,6 +64,28 @@ def validate_pattern(p: str) -> str:
     problem = _type_problem(base)
     if problem is not None:
         raise ValidationError(f"invalid pattern {p[: _MAX_TYPE_LEN + 2]!r}: {problem}")
+    return p
+
+
+def validate_subscription(p: str) -> str:
+    """:func:`validate_pattern`, and under the reserved ``herald.`` prefix only the
+    operational event types and their families: a misspelt one would never match.
+
+    For what callers send; the index itself takes any valid pattern, so that a
+    destination stored before a type was renamed still loads."""
+    validate_pattern(p)
+    if p.endswith(_FAMILY_SUFFIX) and (p[: -len(_FAMILY_SUFFIX)] + ".").startswith(
+        OPERATIONAL_PREFIX
+    ):
+        unknown = p[: -len(_FAMILY_SUFFIX)] not in _OPERATIONAL_FAMILIES
+    else:
+        unknown = p.startswith(OPERATIONAL_PREFIX) and p not in OPERATIONAL_TYPES
+    if unknown:
+        raise ValidationError(
+            f"unknown operational event pattern {p[: _MAX_TYPE_LEN + 2]!r}: under"
+            f" {OPERATIONAL_PREFIX!r} there are {', '.join(OPERATIONAL_TYPES)}"
+            " and their families ('herald.*', 'herald.destination.*', 'herald.delivery.*')"
+        )
     return p
 
 
@@ -99,8 +135,12 @@ class SubscriptionIndex(Generic[K]):
                     del table[name]
 
     def match(self, event_type: str) -> set[K]:
-        """All keys with a pattern matching ``event_type``."""
-        found = set(self._wildcard)
+        """All keys with a pattern matching ``event_type``.
+
+        ``*`` matches every type but Herald's operational events (``herald.…``): a
+        receiver of everything must not start receiving operational noise. Those go
+        only to keys naming ``herald.*``, a family under it, or the type itself."""
+        found = set() if event_type.startswith(OPERATIONAL_PREFIX) else set(self._wildcard)
         exact = self._exact.get(event_type)
         if exact:
             found |= exact

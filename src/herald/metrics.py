@@ -46,6 +46,7 @@ from herald.model import (
     DueDelivery,
     Instance,
     Outcome,
+    Recorded,
     RelayPlan,
 )
 
@@ -323,6 +324,11 @@ class Metrics:
             "herald_instances_reaped",
             "Instances presumed dead after missing heartbeats (their leases released)",
         )
+        self.exhausted = counter(
+            "herald_deliveries_exhausted",
+            "Event deliveries that ran out of attempts (status failure), by destination type",
+            "type",
+        )
         self.leases_released = counter(
             "herald_leases_released",
             "Deliveries leased by a dead instance and released for others to attempt",
@@ -386,6 +392,12 @@ class Metrics:
         )
         for type_, status, count in counts.destinations:
             destinations.add_metric([type_, status], count)
+        failing = GaugeMetricFamily(
+            "herald_destinations_failing",
+            "Destinations in a failing episode (signals.failing_after_attempts consecutive"
+            " failed attempts, no success since)",
+        )
+        failing.add_metric([], counts.failing)
         replays = CounterMetricFamily(
             "herald_replays",
             "Replays that re-queued deliveries, by who asked (CLI, API, console), all instances",
@@ -401,12 +413,18 @@ class Metrics:
             replays.add_metric([source], runs)
             replayed.add_metric([source], deliveries)
         self.snapshots.set(
-            "counts", [outbox_pending, lag, pending, oldest_due, destinations, replays, replayed]
+            "counts",
+            [outbox_pending, lag, pending, oldest_due, destinations, failing, replays, replayed],
         )
 
     def database_count_failed(self) -> None:
         """The refresh could not read the counts: their series leave the scrape."""
         self.snapshots.drop("counts")
+
+    def signals_recorded(self, recorded: Recorded) -> None:
+        """A recording committed: the deliveries it exhausted (by destination type)."""
+        for type_ in recorded.exhausted:
+            self.exhausted.labels(type_).inc()
 
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)
@@ -471,6 +489,8 @@ class DatabaseCounts:
     destinations: list[tuple[str, str, int]]
     replays: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Source -> (replays, deliveries re-queued)."""
+    failing: int = 0
+    """Destinations in a failing episode (herald.destination.failing sent, no success since)."""
 
 
 def replay_source(by: str) -> str:

@@ -49,6 +49,26 @@ VERIFICATION_EVENT_TYPE = "destination.verification"
 TEST_EVENT_TYPE = "test.ping"
 DEFAULT_TENANT = "default"
 
+OPERATIONAL_PREFIX = "herald."
+"""Event types under this prefix are Herald's own operational events: only Herald
+emits them (producers and API clients are refused), ``*`` does not match them, and
+one about a destination is never delivered to that destination."""
+DELIVERY_EXHAUSTED = "herald.delivery.exhausted"
+DESTINATION_FAILING = "herald.destination.failing"
+DESTINATION_RECOVERED = "herald.destination.recovered"
+VERIFICATION_FAILED = "herald.destination.verification_failed"
+OPERATIONAL_TYPES = (
+    DELIVERY_EXHAUSTED,
+    DESTINATION_FAILING,
+    DESTINATION_RECOVERED,
+    VERIFICATION_FAILED,
+)
+
+
+def is_operational(event_type: str) -> bool:
+    """Whether ``event_type`` is under Herald's reserved ``herald.`` prefix."""
+    return event_type.startswith(OPERATIONAL_PREFIX)
+
 
 @dataclass(slots=True)
 class Event:
@@ -101,6 +121,16 @@ class Destination:
     created_at: float
     updated_at: float
     deleted_at: float | None = None
+    consecutive_failures: int = 0
+    """Failed attempts (events and test pings) since the last success."""
+    failing_since: float | None = None
+    """When its current failing episode began (``signals.failing_after_attempts``
+    consecutive failures); None when it is not failing."""
+    verification_failed_at: float | None = None
+    """When its current verification ping ran out of attempts (it stays
+    ``pending_verification``); None while one is pending or after it succeeded."""
+    verification_error: str | None = None
+    """The last error of that failed verification."""
 
     @property
     def deleted(self) -> bool:
@@ -176,6 +206,9 @@ class OutboxRow:
     type: bytes | None
     data: bytes | None
     created_at: bytes | None
+    about: str | None = None
+    """Set by Herald alone, on its operational events: the destination the event is
+    about (never delivered to it). A ``herald.`` type without it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +258,31 @@ class AttemptRecord:
     status: DeliveryStatus
     next_attempt_at: float | None
     activates_destination: str | None = None
+    item: DueDelivery | None = None
+    """The delivery attempted: its destination, kind and event decide the operational
+    events the record causes (none without it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """An operational event written with the outcome that caused it (one transaction)."""
+
+    type: str
+    event_id: str
+    tenant_id: str
+    destination_id: str
+    destination_type: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What one recording transaction committed beyond the attempts themselves."""
+
+    signals: list[Signal] = field(default_factory=list)
+    """The operational events it wrote into the outbox."""
+    exhausted: list[str] = field(default_factory=list)
+    """The destination type of each event delivery it moved to ``failure``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
 from herald.ids import new_id
-from herald.ingest import Reject, parse_row
+from herald.ingest import Reject, parse_row, reserved_type_problem
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
@@ -124,6 +124,8 @@ class Relay:
             seen.add((event.tenant_id, event.id))
             plan.events.append(event)
             for entry in self._catalog.subscribers(event.tenant_id, event.type):
+                if entry.dest.id == row.about:
+                    continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE
                 lease = room if room is not None and not held and room.take(entry.dest.id) else None
                 plan.deliveries.append(
@@ -252,6 +254,8 @@ def publish(
     Returns the event id.
     """
     validate_event_type(type)
+    if (problem := reserved_type_problem(type)) is not None:
+        raise ValueError(problem)
     event_id = id or new_id("evt_")
     if not event_id.startswith("evt_"):
         raise ValueError("event ids start with 'evt_'")

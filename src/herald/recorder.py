@@ -12,7 +12,7 @@ from collections.abc import Callable
 import structlog
 
 from herald.errors import StorageError
-from herald.model import AttemptRecord
+from herald.model import AttemptRecord, Recorded
 from herald.retry import retry_storage
 from herald.store import Store
 
@@ -28,12 +28,14 @@ class Recorder:
         *,
         on_flush: Callable[[list[AttemptRecord]], None],
         on_storage: Callable[[str, bool], None] = lambda component, ok: None,
+        on_recorded: Callable[[Recorded], None] = lambda recorded: None,
     ) -> None:
         self._store = store
         self._on_storage = on_storage
         self._pending: list[AttemptRecord] = []
         self._ready = asyncio.Event()
         self._on_flush = on_flush
+        self._on_recorded = on_recorded
         self._idle = asyncio.Event()
         self._idle.set()
         self.storage_error: str | None = None
@@ -71,13 +73,28 @@ class Recorder:
 
             # An outcome that cannot be written is retried until it is, even while
             # stopping: nothing is dropped, and the batch keeps its place in line.
-            await retry_storage(
+            recorded = await retry_storage(
                 functools.partial(self._store.record_attempts, batch), on_error=trouble, first=0.05
             )
             self.storage_error = None
             self._on_storage("recorder", True)
             self.unwritten -= len(batch)
             self._on_flush(batch)
+            if recorded is not None and (recorded.signals or recorded.exhausted):
+                signalled(recorded)
+                self._on_recorded(recorded)
 
     async def drained(self) -> None:
         await self._idle.wait()
+
+
+def signalled(recorded: Recorded) -> None:
+    """Log the operational events a committed recording wrote (one info line each)."""
+    for s in recorded.signals:
+        log.info(
+            s.type.removeprefix("herald.").replace(".", "_"),
+            tenant_id=s.tenant_id,
+            destination_id=s.destination_id,
+            event_id=s.event_id,
+            delivery_id=s.data.get("delivery_id") or s.data.get("last_delivery_id"),
+        )

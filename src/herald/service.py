@@ -28,7 +28,7 @@ from herald.fields import (
     str_field,
 )
 from herald.ids import new_id
-from herald.ingest import event_id_problem
+from herald.ingest import event_id_problem, reserved_type_problem
 from herald.match import validate_event_type
 from herald.metrics import replay_source
 from herald.model import (
@@ -603,6 +603,8 @@ class DestinationService:
             validate_event_type(type)
         except ValueError as exc:
             raise ValidationError(str(exc), field="type", code="event_type_invalid") from exc
+        if (problem := reserved_type_problem(type)) is not None:
+            raise ValidationError(problem, field="type", code="event_type_reserved")
         if not isinstance(data, dict):
             raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
         if event_id is None:

@@ -8,7 +8,16 @@ import orjson
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
-from herald.model import Attempt, Delivery, Destination, Event, Replay, ReplayResult
+from herald.model import (
+    Attempt,
+    Delivery,
+    Destination,
+    DestinationStatus,
+    Event,
+    Replay,
+    ReplayResult,
+)
+from herald.signals import REVERIFY
 from herald.timeutil import format_epoch
 
 
@@ -29,6 +38,7 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         dest.type: type_config,
         "events": list(dest.events),
         "status": dest.status.value,
+        "verification": verification_view(dest),
         "created_at": _ts(dest.created_at),
         "updated_at": _ts(dest.updated_at),
     }
@@ -36,6 +46,24 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         view["deleted"] = True
         view["deleted_at"] = _ts(dest.deleted_at)
     return view
+
+
+def verification_view(dest: Destination) -> dict[str, Any]:
+    """Where the destination's verification stands: ``verified``, ``pending`` (a ping is
+    being retried) or ``failed`` (it ran out of attempts; the status stays
+    ``pending_verification`` until a new ping, ``reverify``, succeeds)."""
+    if dest.status is not DestinationStatus.PENDING_VERIFICATION:
+        state = "verified"
+    elif dest.verification_failed_at is not None:
+        state = "failed"
+    else:
+        state = "pending"
+    return {
+        "state": state,
+        "failed_at": _ts(dest.verification_failed_at) if state == "failed" else None,
+        "last_error": dest.verification_error if state == "failed" else None,
+        "reverify": REVERIFY.format(id=dest.id) if state != "verified" else None,
+    }
 
 
 def attempt_view(a: Attempt) -> dict[str, Any]:

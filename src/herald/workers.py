@@ -439,6 +439,7 @@ class WorkerPool:
                 sent = child.waiting.pop(delivery_id, None)
                 if sent is not None:
                     item, done = sent
+                    record.item = item  # not sent over the pipe: the parent has it
                     done(item, (record, type_id))
         finally:
             gone = RuntimeError(f"worker process {child.index} stopped answering")

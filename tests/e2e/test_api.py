@@ -230,8 +230,15 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
         "webhook",
         "events",
         "status",
+        "verification",
         "created_at",
         "updated_at",
+    }
+    assert dest["verification"] == {
+        "state": "pending",
+        "failed_at": None,
+        "last_error": None,
+        "reverify": f"POST /v2/event-destinations/{dest['id']}/verify",
     }
     assert dest["id"].startswith("evtd_")
     assert dest["object"] == "event_destination"
@@ -250,7 +257,13 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
 
     status, _, got = await api.get(path)
     assert status == 200
-    assert got == {**dest, "status": "active", "updated_at": got["updated_at"]}
+    verified = {"state": "verified", "failed_at": None, "last_error": None, "reverify": None}
+    assert got == {
+        **dest,
+        "status": "active",
+        "verification": verified,
+        "updated_at": got["updated_at"],
+    }
     status, _, listed = await api.get(DESTS)
     assert status == 200
     assert [d["id"] for d in listed["data"]] == [dest_id]

@@ -95,7 +95,10 @@ async def test_metrics_count_exactly_what_happened(herald_factory: HeraldFactory
         h.insert_events([("evt_poison", "default", "a.b", "[1]")])
         await wait_deliveries(h, "status = 'failure' AND kind = 'event'", 3)
         await wait_deliveries(h, "status = 'success' AND kind = 'event'", 7)
-        m = await wait_metric(h.port, "herald_events_ingested_total", 10)
+        # And Herald's own: three herald.delivery.exhausted, and the bad destination's
+        # herald.destination.failing (its fifth failure in a row).
+        m = await wait_metric(h.port, "herald_events_ingested_total", 10 + 4)
+        assert m['herald_deliveries_exhausted_total{type="webhook"}'] == 3
         assert m[ok_key] == 2 + 7
         assert m[bad_key] == 3 * 2  # first attempt and one retry each
         completed = 'herald_deliveries_completed_total{destination_type="webhook",status="%s"}'
@@ -117,6 +120,7 @@ async def test_metrics_count_exactly_what_happened(herald_factory: HeraldFactory
         )
         assert m["herald_outbox_pending"] == 0
         assert m["herald_outbox_lag_seconds"] == 0
+        assert m["herald_destinations_failing"] == 1
         assert "process_resident_memory_bytes" in m
     finally:
         await ok.stop()

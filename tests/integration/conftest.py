@@ -102,6 +102,7 @@ def make_settings(
     delivery: Mapping[str, Any] | None = None,
     relay: Mapping[str, Any] | None = None,
     security: Mapping[str, Any] | None = None,
+    signals: Mapping[str, Any] | None = None,
 ) -> Settings:
     data: dict[str, Any] = {
         "database": {"url": database_url, "busy_timeout_seconds": 5.0, "pool_size": 4},
@@ -112,6 +113,7 @@ def make_settings(
         },
         "delivery": {**FAST_DELIVERY, **(delivery or {})},
         "relay": {"poll_interval_seconds": 0.01, **(relay or {})},
+        "signals": dict(signals or {}),
     }
     return Settings(**data)
 

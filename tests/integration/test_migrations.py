@@ -49,6 +49,11 @@ UNIQUE_VIOLATION = (sqlite3.IntegrityError, psycopg.errors.UniqueViolation)
 OldStore = Callable[[], AbstractAsyncContextManager[Store]]
 
 
+def shipped_version() -> int:
+    """The newest migration shipped."""
+    return max(version for version, _, _ in sqlite_store.migrations())
+
+
 @asynccontextmanager
 async def database_at(
     version: int, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -77,6 +82,10 @@ async def database_at(
         with monkeypatch.context() as m:  # the migrations it knows, while it opens
             m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
             store = make()
+            if version < 10:  # the relay of a Herald before 0010 read no about_destination
+                queries = store.dialect._q
+                claim = queries["relay_claim"].replace("about_destination FROM", "NULL FROM")
+                store.dialect._q = {**queries, "relay_claim": claim}
             await store.open()
         try:
             assert await store.schema_version() == version
@@ -141,14 +150,34 @@ def produce(db: Db, rows: list[tuple[str, str, str]]) -> None:
     )
 
 
-def snapshot(db: Db) -> dict[str, list[str]]:
-    """Every row of every table but the migrations' own, in a comparable form."""
+def snapshot(db: Db, *, widths: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """Every row of every table but the migrations' own, in a comparable form. With
+    ``widths`` (an earlier snapshot's :func:`widths_of`), only the columns a table had
+    then: later migrations add columns at the end."""
     if db.backend == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'table'"
     else:
         query = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
     tables = sorted(r[0] for r in db.execute(query) if r[0] != "herald_schema_migrations")
-    return {t: sorted(repr(row) for row in db.execute(f"SELECT * FROM {t}")) for t in tables}
+    return {
+        t: sorted(
+            repr(tuple(row)[: None if widths is None else widths.get(t)])
+            for row in db.execute(f"SELECT * FROM {t}")
+        )
+        for t in tables
+    }
+
+
+def widths_of(db: Db) -> dict[str, int]:
+    """How many columns each table has now."""
+    if db.backend == "sqlite":
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: len(db.execute(f"PRAGMA table_info({t})")) for t in tables}
+    rows = db.execute(
+        "SELECT table_name, COUNT(*) FROM information_schema.columns"
+        " WHERE table_schema = 'public' GROUP BY table_name"
+    )
+    return {str(t): int(n) for t, n in rows}
 
 
 async def fill(store: Store, db: Db) -> None:
@@ -192,14 +221,15 @@ async def test_event_ids_per_tenant_keeps_every_row_of_a_schema_8_database(
         # Rows waiting in the outbox through the upgrade, one of them invalid.
         produce(db, [("evt_w1", "acme", '{"w":1}'), ("evt_w2", "default", "[]")])
         before = snapshot(db)
+        widths = widths_of(db)
         for table in ("herald_outbox", "herald_outbox_rejected", "herald_events"):
             assert before[table], table
 
         store = make()
-        await open_at(store, 9, backend, monkeypatch)  # later ones add columns and tables
+        await store.open()
         try:
-            assert await store.schema_version() == 9
-            assert snapshot(db) == before
+            assert await store.schema_version() == shipped_version()
+            assert snapshot(db, widths=widths) == before
             plan, count = await store.relay(100, ingest)
             assert count == 2
             assert [e.id for e in plan.events] == ["evt_w1"]
@@ -260,19 +290,18 @@ async def test_replays_and_tokens_keep_every_row_of_a_schema_9_database(
     async with database_at(9, backend, tmp_path, monkeypatch) as (db, older, make):
         async with older() as old:
             await fill(old, db)
-        before = snapshot(db)
+        before, widths = snapshot(db), widths_of(db)
         assert before["herald_deliveries"]
 
         store = make()
         await store.open()
         try:
-            assert await store.schema_version() == 11
-            after = snapshot(db)
-            for table, rows in before.items():
-                if table == "herald_deliveries":
-                    # The same rows, each with a replay_id of NULL at the end.
-                    rows = sorted(r[:-1] + ", None)" for r in rows)
-                assert after[table] == rows, table
+            assert await store.schema_version() == shipped_version()
+            # The same rows; the deliveries' replay_id (NULL) is among the new columns.
+            assert snapshot(db, widths=widths) == before
+            assert db.scalar("SELECT COUNT(*) FROM herald_deliveries WHERE replay_id IS NULL") == (
+                len(before["herald_deliveries"])
+            )
             assert db.scalar("SELECT COUNT(*) FROM herald_replays") == 0
             assert db.scalar("SELECT COUNT(*) FROM herald_session_tokens") == 0
             ids = [r[0] for r in db.execute("SELECT id FROM herald_deliveries")]
@@ -280,5 +309,32 @@ async def test_replays_and_tokens_keep_every_row_of_a_schema_9_database(
             assert db.scalar(
                 "SELECT COUNT(*) FROM herald_deliveries WHERE replay_id = 'rpl_x'"
             ) == len(ids)
+        finally:
+            await store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_operational_events_keep_every_row_of_a_schema_9_database(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0010 (operational events) adds the destinations' signal state and the outbox's
+    ``about_destination``: every row stays as it was, healthy, verified, not Herald's."""
+    async with database_at(9, backend, tmp_path, monkeypatch) as (db, older, make):
+        async with older() as old:
+            await fill(old, db)
+        produce(db, [("evt_w1", "acme", '{"w":1}')])
+        before, widths = snapshot(db), widths_of(db)
+        store = make()
+        await store.open()
+        try:
+            assert await store.schema_version() == shipped_version()
+            assert snapshot(db, widths=widths) == before
+            assert db.execute(
+                "SELECT consecutive_failures, failing_since, verification_failed_at,"
+                " verification_error FROM herald_destinations"
+            ) == [(0, None, None, None)]
+            assert db.execute("SELECT about_destination FROM herald_outbox") == [(None,)]
+            _, count = await store.relay(100, ingest)
+            assert count == 1
         finally:
             await store.close()

@@ -32,7 +32,8 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.metrics",
         "herald.tracing",
     ),
-    # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row parsing.
+    # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
+    # parsing, what recorded attempts signal.
     (
         "herald.config",
         "herald.retry",
@@ -42,6 +43,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.egress",
         "herald.ingest",
         "herald.fields",
+        "herald.signals",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from herald.cli.output import dest_rows, print_delivery, print_json, table
+from herald.cli.output import dest_rows, print_delivery, print_json, print_verification, table
 
 HOSTILE = "\u001b]0;PWNED\u0007"
 """An OSC sequence: it retitles a terminal that prints it raw."""
@@ -25,6 +25,7 @@ def test_a_destination_table_shows_control_characters_escaped(
                 "name": HOSTILE,
                 "type": "webhook",
                 "status": "active",
+                "verification": {"state": "verified"},
                 "events": ["*"],
                 "created_at": "2026-11-25T00:00:00Z",
             },
@@ -33,6 +34,7 @@ def test_a_destination_table_shows_control_characters_escaped(
                 "name": "two\nlines\r\u009b2J",
                 "type": "webhook",
                 "status": "active",
+                "verification": {"state": "verified"},
                 "events": ["*"],
                 "created_at": "2026-11-25T00:00:00Z",
             },
@@ -86,3 +88,25 @@ def test_json_output_escapes_del_and_c1_and_keeps_the_value(
     out = capsys.readouterr().out
     assert RAW_CONTROL.search(out) is None, repr(out)
     assert json.loads(out) == value
+
+
+def test_a_failed_verification_shows_its_error_escaped_and_how_to_redo_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    print_verification(
+        {
+            "id": "evtd_1",
+            "verification": {
+                "state": "failed",
+                "failed_at": "2026-11-25T00:00:00.000000Z",
+                "last_error": HOSTILE,
+                "reverify": "POST /v2/event-destinations/evtd_1/verify",
+            },
+        }
+    )
+    out = capsys.readouterr().out
+    assert RAW_CONTROL.search(out) is None, repr(out)
+    assert "verification: failed" in out
+    assert "herald destinations verify evtd_1" in out
+    print_verification({"id": "evtd_2", "verification": {"state": "verified"}})
+    assert capsys.readouterr().out == ""

@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from herald.errors import ValidationError
-from herald.match import SubscriptionIndex, validate_event_type, validate_pattern
+from herald.match import (
+    SubscriptionIndex,
+    validate_event_type,
+    validate_pattern,
+    validate_subscription,
+)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +205,7 @@ def test_hashable_keys_of_any_kind() -> None:
 
 def naive_match(pattern: str, event_type: str) -> bool:
     if pattern == "*":
-        return True
+        return not event_type.startswith("herald.")
     if pattern.endswith(".*"):
         return event_type.startswith(pattern[:-1])
     return pattern == event_type
@@ -208,7 +213,7 @@ def naive_match(pattern: str, event_type: str) -> bool:
 
 def test_agrees_with_naive_matcher() -> None:
     rng = random.Random(7)
-    words = ["a", "b", "ab", "a_b", "b-a", "run", "runs"]
+    words = ["a", "b", "ab", "a_b", "b-a", "run", "runs", "herald", "heralds"]
 
     def rand_type() -> str:
         return ".".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
@@ -255,3 +260,50 @@ def test_lookup_cost_follows_segments_not_keys(keys: int) -> None:
     assert idx.match("a.b.c.d.e") == {-1}
     # One exact probe plus one family probe per proper prefix ("a", "a.b", "a.b.c", "a.b.c.d").
     assert CountingDict.probes == 5
+
+
+# --- Herald's operational events (herald.…) -----------------------------------------
+def test_the_wildcard_does_not_match_operational_events() -> None:
+    idx: SubscriptionIndex[str] = SubscriptionIndex()
+    idx.add("everything", ["*"])
+    idx.add("all-signals", ["herald.*"])
+    idx.add("destinations", ["herald.destination.*"])
+    idx.add("exhausted", ["herald.delivery.exhausted"])
+    idx.add("both", ["*", "herald.destination.failing"])
+    assert idx.match("herald.delivery.exhausted") == {"all-signals", "exhausted"}
+    assert idx.match("herald.destination.failing") == {"all-signals", "destinations", "both"}
+    assert idx.match("herald.destination.recovered") == {"all-signals", "destinations"}
+    # Only the prefix with its dot is reserved.
+    assert idx.match("heralds.x") == {"everything", "both"}
+    assert idx.match("herald") == {"everything", "both"}
+    assert idx.match("a.b") == {"everything", "both"}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "herald.*",
+        "herald.destination.*",
+        "herald.delivery.*",
+        "herald.delivery.exhausted",
+        "herald.destination.failing",
+        "herald.destination.recovered",
+        "herald.destination.verification_failed",
+        "herald",
+        "heralds.*",
+        "*",
+    ],
+)
+def test_subscriptions_to_operational_events(pattern: str) -> None:
+    assert validate_subscription(pattern) == pattern
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["herald.delivery.exausted", "herald.destinations.*", "herald.foo", "herald.destination.x.*"],
+)
+def test_a_misspelt_operational_subscription_is_refused(pattern: str) -> None:
+    with pytest.raises(ValidationError, match="unknown operational event pattern"):
+        validate_subscription(pattern)
+    # The index still takes it: a destination stored with it loads.
+    assert validate_pattern(pattern) == pattern

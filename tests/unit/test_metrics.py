@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from herald import metrics
 from herald.metrics import DatabaseCounts, Metrics, replay_source
+from herald.model import Recorded
 
 
 def samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -199,3 +200,18 @@ def test_replay_sources_are_bounded() -> None:
     assert replay_source("console:op") == "console"
     assert replay_source("service") == "other"
     assert replay_source("x" * 500) == "other"
+
+
+def test_exhausted_deliveries_and_failing_destinations() -> None:
+    m = Metrics()
+    m.signals_recorded(Recorded([], ["webhook", "webhook", "aws_sqs"]))
+    m.database_counted(counts(failing=2), now=100.0)
+    got = samples(m)
+    assert got["herald_deliveries_exhausted_total", (("type", "webhook"),)] == 2
+    assert got["herald_deliveries_exhausted_total", (("type", "aws_sqs"),)] == 1
+    assert got["herald_destinations_failing", ()] == 2
+    m.database_counted(counts(failing=0), now=100.0)
+    assert samples(m)["herald_destinations_failing", ()] == 0
+    # Read with the other counts: dropped with them when the read fails.
+    m.database_count_failed()
+    assert ("herald_destinations_failing", ()) not in samples(m)

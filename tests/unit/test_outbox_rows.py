@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from herald.ingest import Reject, parse_row
@@ -15,7 +17,8 @@ def row(**kw: bytes | None) -> OutboxRow:
         "created_at": b"2026-11-22 10:00:00.123",
     }
     base.update(kw)
-    return OutboxRow(seq=1, **base)
+    b = base
+    return OutboxRow(1, b["id"], b["tenant_id"], b["type"], b["data"], b["created_at"])
 
 
 def test_good_row_becomes_a_normalized_event() -> None:
@@ -82,3 +85,25 @@ def test_deeply_nested_json_is_rejected_not_crashing() -> None:
     with pytest.raises(Reject) as info:
         parse_row(row(data=deep), max_payload_bytes=1 << 20)
     assert info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    "type_",
+    [b"herald.delivery.exhausted", b"herald.destination.failing", b"herald.anything.else"],
+)
+def test_a_producer_row_of_a_reserved_type_is_rejected(type_: bytes) -> None:
+    with pytest.raises(Reject) as caught:
+        parse_row(row(type=type_), max_payload_bytes=1024)
+    assert caught.value.code == "reserved_type"
+    assert "Herald's own operational events" in str(caught.value)
+
+
+def test_herald_s_own_operational_row_is_an_event() -> None:
+    herald_s = replace(row(type=b"herald.destination.failing"), about="evtd_1")
+    event = parse_row(herald_s, max_payload_bytes=1024)
+    assert event.type == "herald.destination.failing"
+
+
+def test_a_type_that_only_starts_like_the_prefix_is_not_reserved() -> None:
+    assert parse_row(row(type=b"heralding.x"), max_payload_bytes=1024).type == "heralding.x"
+    assert parse_row(row(type=b"herald"), max_payload_bytes=1024).type == "herald"

@@ -125,3 +125,6 @@ def test_the_queries_read_and_write_the_columns_the_row_mappers_expect(dialect: 
     for columns, names in expected.items():
         for name in names:
             assert columns in queries[name], name
+    for name in ("all_destinations", "get_destination", "list_destinations"):
+        read = f"{rows.DESTINATION_COLUMNS}, {rows.DESTINATION_STATE_COLUMNS}"
+        assert read in queries[name], name

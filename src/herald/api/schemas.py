@@ -93,6 +93,18 @@ class Event(_Strict):
     data: dict[str, Any]
 
 
+class Verification(_Strict):
+    """Where a destination's verification stands (``herald.views.verification_view``)."""
+
+    state: Literal["verified", "pending", "failed"] = Field(
+        description="failed: the ping ran out of attempts; the status stays"
+        " pending_verification until a new ping (reverify) succeeds"
+    )
+    failed_at: str | None = Field(description="when the failed ping gave up")
+    last_error: str | None = Field(description="the failed ping's last error")
+    reverify: str | None = Field(description="the request that sends a new verification ping")
+
+
 class DeliveryList(_Strict):
     object: Literal["list"]
     data: list[Delivery]
@@ -202,7 +214,10 @@ class RotateSecretRequest(_Strict):
 
 
 class EventCreate(_Strict):
-    type: _EventType
+    type: _EventType = Field(
+        description="the event type; types under 'herald.' are Herald's own operational"
+        " events and refused (422 event_type_reserved)"
+    )
     data: dict[str, Any]
     id: Annotated[str, _documented(maxLength=255)] | None = Field(
         default=None, description="evt_… id; generated if absent"
@@ -250,7 +265,13 @@ def destination_models(registry: Registry) -> DestinationModels:
         __config__=ConfigDict(extra="forbid"),
         name=(_Name, ...),
         type=(str, type_field),
-        events=(_Patterns, Field(description="event types, family patterns like a.* or *")),
+        events=(
+            _Patterns,
+            Field(
+                description="event types, family patterns like a.* or *; * does not match"
+                " Herald's operational events, which need herald.* or their own type"
+            ),
+        ),
         **create_fields,
     )
     update = create_model(
@@ -277,6 +298,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         type=(str, ...),
         events=(list[str], ...),
         status=(Literal["pending_verification", "active", "inactive"], ...),
+        verification=(Verification, ...),
         created_at=(str, ...),
         updated_at=(str, ...),
         deleted=(bool | None, None),

@@ -51,13 +51,27 @@ def dest_rows(views: list[dict[str, Any]]) -> None:
                 v["name"],
                 v["type"],
                 v["status"],
+                v["verification"]["state"],
                 ",".join(v["events"]),
                 short_ts(v["created_at"]),
             )
             for v in views
         ],
-        ("id", "name", "type", "status", "events", "created"),
+        ("id", "name", "type", "status", "verification", "events", "created"),
     )
+
+
+def print_verification(v: dict[str, Any]) -> None:
+    """Under one destination: a verification not done yet, and how to redo it."""
+    ver = v["verification"]
+    if ver["state"] == "verified":
+        return
+    print()
+    print(f"verification: {ver['state']}")
+    if ver["state"] == "failed":
+        print(f"failed at:    {short_ts(ver['failed_at'])}")
+        print(f"last error:   {visible(ver['last_error'] or '-')}")
+    print(f"re-verify:    herald destinations verify {v['id']}  (API: {ver['reverify']})")
 
 
 def print_delivery(v: dict[str, Any], event: dict[str, Any] | None = None) -> None:

@@ -19,6 +19,7 @@ from herald.cli.output import (
     print_delivery,
     print_destination,
     print_json,
+    print_verification,
     short_ts,
     table,
 )
@@ -101,8 +102,10 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
         v = view(dest)
         if action == "show":
             print_destination(v)
+            print_verification(v)
             return EXIT_OK
         dest_rows([v])
+        print_verification(v)
         # Say what changed, on stderr: stdout stays the object.
         said = {
             "create": f"created {dest.id}: pending_verification until its verification ping"

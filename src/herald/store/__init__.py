@@ -21,10 +21,20 @@ def make_store(settings: Settings, box: SecretBox) -> Store:
     if path is not None:
         from herald.store.sqlite import SQLiteStore
 
-        return SQLiteStore(path, box=box, busy_timeout=settings.database.busy_timeout_seconds)
+        return SQLiteStore(
+            path,
+            box=box,
+            busy_timeout=settings.database.busy_timeout_seconds,
+            failing_after=settings.signals.failing_after_attempts,
+        )
     from herald.store.postgres import PostgresStore
 
-    return PostgresStore(settings.database.url, box=box, pool_size=settings.database.pool_size)
+    return PostgresStore(
+        settings.database.url,
+        box=box,
+        pool_size=settings.database.pool_size,
+        failing_after=settings.signals.failing_after_attempts,
+    )
 
 
 async def applied_migrations(settings: Settings) -> set[int] | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from herald.model import AttemptRecord, OutboxRow
+from herald.model import OutboxRow
 from herald.store.queries import load_queries
 
 Conn: TypeAlias = Any
@@ -96,8 +96,14 @@ class Dialect(Protocol):
         """Lease due deliveries: rows (id, destination_id, kind, attempt_count,
         max_attempts, tenant_id, event_id, when it was due)."""
 
-    async def lock_for_attempts(self, conn: Conn, records: Sequence[AttemptRecord]) -> None:
-        """Take, before the deliveries', the locks that activating destinations needs."""
+    async def lock_for_attempts(
+        self, conn: Conn, every: Sequence[str], must: Sequence[str]
+    ) -> list[Row]:
+        """Before touching a delivery: the signal state (id, type, consecutive failures,
+        failing since) of the live destinations of ``every`` (sorted) that recording
+        may change, locked against other writers: those of ``must`` (an attempt
+        failed, or a verification activates it) and any not clean now. PostgreSQL
+        locks them in id order; SQLite's write lock covers them all."""
 
     async def heartbeat(self, conn: Conn, row: tuple[Any, ...]) -> bool:
         """Refresh or insert an instance row; whether it was there."""

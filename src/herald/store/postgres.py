@@ -21,8 +21,9 @@ import structlog
 
 from herald.crypto import SecretBox
 from herald.errors import StorageError
-from herald.model import AttemptRecord, OutboxRow
+from herald.model import OutboxRow
 from herald.retry import retry_storage
+from herald.signals import DEFAULT_FAILING_AFTER
 from herald.store.base import load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.queries import load_queries
@@ -282,15 +283,13 @@ class PostgresDialect(NamedQueries):
         )
 
     async def lock_for_attempts(
-        self, conn: asyncpg.Connection, records: Sequence[AttemptRecord]
-    ) -> None:
+        self, conn: asyncpg.Connection, every: Sequence[str], must: Sequence[str]
+    ) -> list[Row]:
         # Lock order is destination, then its deliveries, as in delete and update:
-        # activating after updating the deliveries would deadlock with them.
-        activating = sorted(
-            {r.activates_destination for r in records if r.activates_destination is not None}
-        )
-        if activating:
-            await self.execute(conn, "lock_destinations", activating)
+        # activating or counting after updating the deliveries would deadlock with them.
+        if not every:
+            return []
+        return await self.fetch(conn, "lock_for_record", list(every), list(must))
 
     async def heartbeat(self, conn: asyncpg.Connection, row: tuple[Any, ...]) -> bool:
         return bool(await self.fetchval(conn, "heartbeat", *row))
@@ -323,8 +322,17 @@ class PostgresDialect(NamedQueries):
 class PostgresStore(SQLStore[PostgresDialect]):
     """The backend for several instances sharing one database."""
 
-    def __init__(self, dsn: str, *, box: SecretBox, pool_size: int = 10) -> None:
-        super().__init__(PostgresDialect(dsn, pool_size=pool_size), box=box)
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        box: SecretBox,
+        pool_size: int = 10,
+        failing_after: int = DEFAULT_FAILING_AFTER,
+    ) -> None:
+        super().__init__(
+            PostgresDialect(dsn, pool_size=pool_size), box=box, failing_after=failing_after
+        )
         self.dsn = dsn
 
     @property

@@ -15,7 +15,8 @@ _HEADER = re.compile(r"^-- ([a-z][a-z0-9_]*) --[ \t]*$", re.MULTILINE)
 
 DIALECT_ONLY: dict[str, frozenset[str]] = {
     # SQLite's single writer claims in two statements, reads before locking when idle,
-    # updates then inserts a heartbeat, and purges unused events in one pass.
+    # updates then inserts a heartbeat, purges unused events in one pass, and reads
+    # the destinations' signal state under its write lock.
     "sqlite": frozenset(
         {
             "claim_select",
@@ -25,16 +26,18 @@ DIALECT_ONLY: dict[str, frozenset[str]] = {
             "heartbeat_insert",
             "reap_select",
             "purge_events",
+            "signal_state",
         }
     ),
-    # PostgreSQL's concurrent writers: one-statement claim and reap, lock ordering,
+    # PostgreSQL's concurrent writers: one-statement claim and reap, lock ordering
+    # (the signal state's too),
     # the migration lock, and a two-step purge of events planned for index probes.
     "postgres": frozenset(
         {
             "claim",
             "event_exists",
             "heartbeat",
-            "lock_destinations",
+            "lock_for_record",
             "migration_lock",
             "purge_events_of",
             "purge_unused_events",

@@ -40,6 +40,11 @@ ATTEMPT_COLUMNS = (
 DESTINATION_COLUMNS = (
     "id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at, deleted_at"
 )
+DESTINATION_STATE_COLUMNS = (
+    "consecutive_failures, failing_since, verification_failed_at, verification_error"
+)
+"""Read after :data:`DESTINATION_COLUMNS`, never written with them: the state recording
+keeps (``Store.record_attempts``), not the caller's."""
 EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data"
 
 
@@ -111,6 +116,10 @@ def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:
         created_at=row[8],
         updated_at=row[9],
         deleted_at=row[10],
+        consecutive_failures=row[11],
+        failing_since=row[12],
+        verification_failed_at=row[13],
+        verification_error=row[14],
     )
 
 

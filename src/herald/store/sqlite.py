@@ -22,7 +22,8 @@ import tenacity
 
 from herald.crypto import SecretBox
 from herald.errors import StorageError
-from herald.model import AttemptRecord, OutboxRow
+from herald.model import OutboxRow
+from herald.signals import DEFAULT_FAILING_AFTER
 from herald.store.base import load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.queries import load_queries
@@ -327,9 +328,12 @@ class SQLiteDialect(NamedQueries):
         return claimed
 
     async def lock_for_attempts(
-        self, conn: aiosqlite.Connection, records: Sequence[AttemptRecord]
-    ) -> None:
-        return  # the write lock is the only lock
+        self, conn: aiosqlite.Connection, every: Sequence[str], must: Sequence[str]
+    ) -> list[Row]:
+        # The write lock is the only lock: every live destination's state, as it is.
+        if not every:
+            return []
+        return await self.fetch(conn, "signal_state", list(every))
 
     async def heartbeat(self, conn: aiosqlite.Connection, row: tuple[Any, ...]) -> bool:
         if await self.execute(conn, "heartbeat_update", row[5], row[0]):
@@ -357,8 +361,17 @@ class SQLiteDialect(NamedQueries):
 class SQLiteStore(SQLStore[SQLiteDialect]):
     """The embedded default backend."""
 
-    def __init__(self, path: Path, *, box: SecretBox, busy_timeout: float = 5.0) -> None:
-        super().__init__(SQLiteDialect(path, busy_timeout=busy_timeout), box=box)
+    def __init__(
+        self,
+        path: Path,
+        *,
+        box: SecretBox,
+        busy_timeout: float = 5.0,
+        failing_after: int = DEFAULT_FAILING_AFTER,
+    ) -> None:
+        super().__init__(
+            SQLiteDialect(path, busy_timeout=busy_timeout), box=box, failing_after=failing_after
+        )
         self.path = path
 
 

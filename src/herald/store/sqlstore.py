@@ -27,9 +27,20 @@ from herald.model import (
     Instance,
     NewDelivery,
     OutboxRow,
+    Recorded,
     RelayPlan,
     Replay,
     ReplayOutcome,
+)
+from herald.signals import (
+    DEFAULT_FAILING_AFTER,
+    DestinationState,
+    destinations_of,
+    ended_in_failure,
+    episodes,
+    exhausted,
+    outbox_row,
+    verification_failed,
 )
 from herald.store.base import (
     STALE_CATALOG,
@@ -64,12 +75,17 @@ _REJECTED_KEYS = ("seq", "id", "tenant_id", "type", "data", "created_at", "reaso
 class SQLStore(Generic[D]):
     """The store (``herald.store.Store``): every operation once, over a dialect.
 
-    ``shared``: whether several instances may use this database at once (PostgreSQL)."""
+    ``shared``: whether several instances may use this database at once (PostgreSQL).
+    ``failing_after``: the consecutive failed attempts that make a destination
+    failing (``signals.failing_after_attempts``, see :mod:`herald.signals`)."""
 
-    def __init__(self, dialect: D, *, box: SecretBox) -> None:
+    def __init__(
+        self, dialect: D, *, box: SecretBox, failing_after: int = DEFAULT_FAILING_AFTER
+    ) -> None:
         self.dialect = dialect
         self.shared = dialect.shared
         self._box = box
+        self.failing_after = failing_after
         # After a relay pass that found the outbox empty, the next one first looks with
         # a plain read where the dialect wants it (SQLite: no lock in WAL mode) and
         # writes only when there are rows: an idle relay polls often, and must not
@@ -252,14 +268,21 @@ class SQLStore(Generic[D]):
         notifies; on SQLite a cheap look every ``every`` seconds); False if unsupported."""
         return await self.dialect.watch_outbox(callback, every=every)
 
-    async def record_attempts(self, records: Sequence[AttemptRecord]) -> None:
-        """Store attempts and move their deliveries on, in one transaction."""
+    async def record_attempts(self, records: Sequence[AttemptRecord]) -> Recorded:
+        """Store attempts and move their deliveries on, in one transaction, with what
+        they signal: the destinations' signal state and the operational events it
+        causes, written into the outbox (see :mod:`herald.signals`)."""
         if not records:
-            return
+            return Recorded()
         d = self.dialect
         now = time.time()
+        every, must = destinations_of(records)
         async with d.tx() as c:
-            await d.lock_for_attempts(c, records)
+            # Before any delivery row: the lock order is destination, then deliveries.
+            states = {
+                str(r[0]): DestinationState(str(r[1]), int(r[2]), r[3])
+                for r in await d.lock_for_attempts(c, every, must)
+            }
             await d.executemany(c, "insert_attempts", [attempt_to_row(r.attempt) for r in records])
             await d.executemany(
                 c,
@@ -281,6 +304,55 @@ class SQLStore(Generic[D]):
                     await self._activate_if_pending(
                         c, r.activates_destination, r.attempt.delivery_id, now
                     )
+            return await self._signal(c, records, states, now)
+
+    async def _signal(
+        self,
+        c: Conn,
+        records: Sequence[AttemptRecord],
+        states: dict[str, DestinationState],
+        now: float,
+    ) -> Recorded:
+        """Inside :meth:`record_attempts`' transaction: the signal state and events."""
+        d = self.dialect
+        signals, changed = episodes(records, states, failing_after=self.failing_after, now=now)
+        if changed:
+            await d.executemany(
+                c,
+                "set_signal_state",
+                [
+                    (states[i].consecutive_failures, states[i].failing_since, i)
+                    for i in sorted(changed)
+                ],
+            )
+        worn: list[str] = []
+        final = ended_in_failure(records)
+        if final:
+            # Only the recording whose attempt ended the delivery signals it: not one of
+            # a delivery that a delete or a new verification ended meanwhile.
+            ended = {
+                str(row[0]): (row[1], str(row[2]))
+                for row in await d.fetch(
+                    c, "finished_failed", [r.attempt.delivery_id for r in final]
+                )
+            }
+            for r in final:
+                last_attempt, dest_type = ended.get(r.attempt.delivery_id, (None, ""))
+                if last_attempt != r.attempt.id:
+                    continue
+                assert r.item is not None
+                if r.item.kind is DeliveryKind.EVENT:
+                    worn.append(dest_type)
+                    signal = exhausted(r, dest_type)
+                    if signal is not None:
+                        signals.append(signal)
+                elif await d.execute(
+                    c, "verification_failed", now, r.attempt.error, r.item.destination_id
+                ):
+                    signals.append(verification_failed(r, dest_type))
+        if signals:
+            await d.executemany(c, "insert_signal", [outbox_row(s, now) for s in signals])
+        return Recorded(signals, worn)
 
     async def _activate_if_pending(
         self, c: Conn, dest_id: str, delivery_id: str, now: float
@@ -351,6 +423,10 @@ class SQLStore(Generic[D]):
         """A counter bumped by every change to any destination."""
         return int((await self.dialect.read("destinations_version"))[0][0])
 
+    async def failing_count(self) -> int:
+        """Live destinations in a failing episode (``herald.destination.failing``)."""
+        return int((await self.dialect.read("failing_count", gauges=True))[0][0])
+
     async def destination_counts(self) -> list[tuple[str, str, int]]:
         """(type, status, count) of live destinations."""
         rows = await self.dialect.read("destination_counts", gauges=True)
@@ -395,6 +471,7 @@ class SQLStore(Generic[D]):
             await self._set_held(c, dest.id, held=dest.status != DestinationStatus.ACTIVE)
             if verification is not None:
                 await d.execute(c, "fail_verifications", dest.updated_at, dest.id)
+                await d.execute(c, "clear_verification_failure", dest.id)
                 await self._insert_events(c, [verification[0]], dest.updated_at)
                 await self._insert_deliveries(c, [verification[1]], dest.updated_at)
             await d.execute(c, "bump_version")

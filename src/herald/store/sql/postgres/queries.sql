@@ -35,7 +35,8 @@ SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(ty
   convert_to(data::text, 'UTF8'),
   convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
     ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8')
+    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
+  about_destination
 FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
 
 -- relay_existing --
@@ -104,7 +105,8 @@ SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(ty
   convert_to(data::text, 'UTF8'),
   convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
     ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8')
+    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
+  about_destination
 FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 
 -- claim --
@@ -131,10 +133,6 @@ CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data
 UPDATE herald_deliveries SET next_attempt_at = $1
 WHERE id = ANY($3) AND lease_owner = $2 AND status = 'pending'
 
--- lock_destinations --
--- Lock order is destination, then its deliveries, as in delete and update
-SELECT 1 FROM herald_destinations WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
-
 -- insert_attempts --
 INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, outcome,
   response_status, error, response_excerpt)
@@ -150,12 +148,54 @@ WHERE id = $6 AND status = 'pending'
 -- Only the current verification counts: it succeeded, and no later ping was sent
 -- (ids are time-ordered), so an attempt in flight when the target changed cannot verify
 UPDATE herald_destinations SET status = 'active',
-  updated_at = GREATEST($1, updated_at + 0.000001)
+  updated_at = GREATEST($1, updated_at + 0.000001), verification_failed_at = NULL,
+  verification_error = NULL
 WHERE id = $2 AND status = 'pending_verification' AND deleted_at IS NULL
   AND EXISTS (SELECT 1 FROM herald_deliveries WHERE id = $3 AND status = 'success'
     AND kind = 'verification')
   AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = $2
     AND kind = 'verification' AND id > $3)
+
+-- lock_for_record --
+-- The destinations whose signal state recording may change, with that state, locked in
+-- id order before any delivery (lock order: destination, then its deliveries): of the
+-- batch's ($1), those with a failure or an activation ($2) or not clean now. A batch of
+-- successes to healthy destinations locks nothing
+SELECT id, type, consecutive_failures, failing_since FROM herald_destinations
+WHERE id = ANY($1::text[]) AND deleted_at IS NULL
+  AND (id = ANY($2::text[]) OR consecutive_failures > 0 OR failing_since IS NOT NULL)
+ORDER BY id FOR NO KEY UPDATE
+
+-- insert_signal --
+-- An operational event, into the outbox like a producer's: the relay fans it out. Its
+-- id is derived from its cause, so a repeated recording writes it once
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, about_destination)
+SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz, $6
+WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2)
+ON CONFLICT (id, tenant_id) DO NOTHING
+
+-- finished_failed --
+-- Of the deliveries given, those that ended as failure, with their last attempt and
+-- their destination's type: the recording that did it is the one whose attempt it is
+SELECT d.id, d.last_attempt_id, t.type FROM herald_deliveries d
+JOIN herald_destinations t ON t.id = d.destination_id
+WHERE d.id = ANY($1) AND d.status = 'failure'
+
+-- set_signal_state --
+UPDATE herald_destinations SET consecutive_failures = $1, failing_since = $2 WHERE id = $3
+
+-- verification_failed --
+-- The verification ran out of attempts: the destination stays pending_verification
+UPDATE herald_destinations SET verification_failed_at = $1, verification_error = $2
+WHERE id = $3 AND status = 'pending_verification' AND deleted_at IS NULL
+
+-- clear_verification_failure --
+-- A new verification ping is on its way
+UPDATE herald_destinations SET verification_failed_at = NULL, verification_error = NULL
+WHERE id = $1
+
+-- failing_count --
+SELECT COUNT(*) FROM herald_destinations WHERE failing_since IS NOT NULL AND deleted_at IS NULL
 
 -- set_held --
 UPDATE herald_deliveries SET held = $1 WHERE destination_id = $2
@@ -209,7 +249,7 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE deleted_at IS NULL
 
 -- create_destination --
@@ -231,12 +271,12 @@ WHERE destination_id = $2 AND kind = 'verification' AND status = 'pending'
 
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE tenant_id = $1 AND deleted_at IS NULL
   AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
   AND ($4::text IS NULL OR id < $4)

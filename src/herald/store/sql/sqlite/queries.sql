@@ -31,7 +31,7 @@ SELECT 1 FROM herald_outbox LIMIT 1
 -- relay_claim --
 -- Text columns read as bytes: one row of invalid UTF-8 must not fail the batch
 SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
-  CAST(data AS BLOB), CAST(created_at AS BLOB)
+  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination
 FROM herald_outbox ORDER BY seq LIMIT ?1
 
 -- relay_existing --
@@ -79,7 +79,7 @@ ORDER BY seq DESC LIMIT ?1
 
 -- outbox_event --
 SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
-  CAST(data AS BLOB), CAST(created_at AS BLOB)
+  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination
 FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 
 -- claim_select --
@@ -115,12 +115,48 @@ WHERE id = ?6 AND status = 'pending'
 -- activate_destination --
 -- Only the current verification counts: it succeeded, and no later ping was sent
 -- (ids are time-ordered), so an attempt in flight when the target changed cannot verify
-UPDATE herald_destinations SET status = 'active', updated_at = MAX(?1, updated_at + 0.000001)
+UPDATE herald_destinations SET status = 'active', updated_at = MAX(?1, updated_at + 0.000001),
+  verification_failed_at = NULL, verification_error = NULL
 WHERE id = ?2 AND status = 'pending_verification' AND deleted_at IS NULL
   AND EXISTS (SELECT 1 FROM herald_deliveries WHERE id = ?3 AND status = 'success'
     AND kind = 'verification')
   AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = ?2
     AND kind = 'verification' AND id > ?3)
+
+-- signal_state --
+-- The signal state of the batch's live destinations (the write lock holds it)
+SELECT id, type, consecutive_failures, failing_since FROM herald_destinations
+WHERE deleted_at IS NULL AND id IN ({ids})
+
+-- insert_signal --
+-- An operational event, into the outbox like a producer's: the relay fans it out. Its
+-- id is derived from its cause, so a repeated recording writes it once
+INSERT OR IGNORE INTO herald_outbox (id, tenant_id, type, data, created_at, about_destination)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6
+WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = ?1 AND tenant_id = ?2)
+
+-- finished_failed --
+-- Of the deliveries given, those that ended as failure, with their last attempt and
+-- their destination's type: the recording that did it is the one whose attempt it is
+SELECT d.id, d.last_attempt_id, t.type FROM herald_deliveries d
+JOIN herald_destinations t ON t.id = d.destination_id
+WHERE d.status = 'failure' AND d.id IN ({ids})
+
+-- set_signal_state --
+UPDATE herald_destinations SET consecutive_failures = ?1, failing_since = ?2 WHERE id = ?3
+
+-- verification_failed --
+-- The verification ran out of attempts: the destination stays pending_verification
+UPDATE herald_destinations SET verification_failed_at = ?1, verification_error = ?2
+WHERE id = ?3 AND status = 'pending_verification' AND deleted_at IS NULL
+
+-- clear_verification_failure --
+-- A new verification ping is on its way
+UPDATE herald_destinations SET verification_failed_at = NULL, verification_error = NULL
+WHERE id = ?1
+
+-- failing_count --
+SELECT COUNT(*) FROM herald_destinations WHERE failing_since IS NOT NULL AND deleted_at IS NULL
 
 -- set_held --
 UPDATE herald_deliveries SET held = ?1 WHERE destination_id = ?2
@@ -167,7 +203,7 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE deleted_at IS NULL
 
 -- create_destination --
@@ -189,12 +225,12 @@ WHERE destination_id = ?2 AND kind = 'verification' AND status = 'pending'
 
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
 FROM herald_destinations WHERE tenant_id = ?1 AND deleted_at IS NULL
   AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR type = ?3) AND (?4 IS NULL OR id < ?4)
 ORDER BY id DESC LIMIT ?5
