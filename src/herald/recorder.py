@@ -89,10 +89,13 @@ class Recorder:
 
 
 def signalled(recorded: Recorded) -> None:
-    """Log the operational events a committed recording wrote (one info line each)."""
+    """Log the operational events a committed recording wrote (one info line each,
+    ``operational_event``: the attempt's own lines, such as ``delivery_exhausted``,
+    are the dispatcher's)."""
     for s in recorded.signals:
         log.info(
-            s.type.removeprefix("herald.").replace(".", "_"),
+            "operational_event",
+            type=s.type,
             tenant_id=s.tenant_id,
             destination_id=s.destination_id,
             event_id=s.event_id,

@@ -152,13 +152,15 @@ def produce(db: Db, rows: list[tuple[str, str, str]]) -> None:
 
 def snapshot(db: Db, *, widths: dict[str, int] | None = None) -> dict[str, list[str]]:
     """Every row of every table but the migrations' own, in a comparable form. With
-    ``widths`` (an earlier snapshot's :func:`widths_of`), only the columns a table had
-    then: later migrations add columns at the end."""
+    ``widths`` (an earlier snapshot's :func:`widths_of`), only the tables and columns
+    there were then: later migrations add tables, and columns at the end."""
     if db.backend == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'table'"
     else:
         query = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
     tables = sorted(r[0] for r in db.execute(query) if r[0] != "herald_schema_migrations")
+    if widths is not None:
+        tables = [t for t in tables if t in widths]
     return {
         t: sorted(
             repr(tuple(row)[: None if widths is None else widths.get(t)])
