@@ -18,6 +18,7 @@ from herald import __version__
 from herald.api import ops, server, v2
 from herald.api.ops import ReadinessCheck
 from herald.config import Settings, mask_secrets
+from herald.console import web as console
 from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
@@ -193,6 +194,7 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         ops.add_routes(app, readiness=readiness, metrics=self.metrics)
         v2.setup(app, parts.comp.service, settings=s, cursor_key=self.key, wake=parts.changed)
+        console.setup(app, parts.comp.service, settings=s, wake=parts.changed)
         runner = server.Runner(app, s.api)
         await runner.setup()
         site = web.TCPSite(runner, s.api.host, s.api.port, reuse_address=True)

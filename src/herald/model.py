@@ -249,3 +249,4 @@ class DeliveryFilter:
     until: float | None = None
     ids: tuple[str, ...] = ()
     kind: DeliveryKind | None = None
+    event_id: str | None = None

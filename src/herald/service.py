@@ -54,6 +54,27 @@ REPLAY_BATCH = 500
 
 replay_log = structlog.get_logger("herald.replay")
 
+OVERVIEW_REJECTED_MAX = 1000
+"""The overview counts rejected outbox rows up to this many ("1000+" past it)."""
+EVENT_DELIVERIES_MAX = 200
+"""An event's page lists at most this many of its deliveries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The operator console's front page: counts, never rows."""
+
+    now: float
+    last_hour: list[tuple[str, int, int]]
+    """(outcome, minute number since the epoch, finished deliveries) over the last hour."""
+    last_day: list[tuple[str, int, int]]
+    """The same in 15-minute buckets over the last 24 hours."""
+    due: int
+    scheduled_retry: int
+    held: int
+    oldest_due_age: float | None
+    rejected: int
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
@@ -181,7 +202,10 @@ class DestinationService:
         self._on_change()
         return dest
 
-    async def get(self, tenant_id: str, dest_id: str, *, deleted: bool = False) -> Destination:
+    async def get(
+        self, tenant_id: str | None, dest_id: str, *, deleted: bool = False
+    ) -> Destination:
+        """A destination of ``tenant_id`` (of any tenant when None: the operator's view)."""
         dest = await self.store.get_destination(tenant_id, dest_id)
         if dest is None or (dest.deleted and not deleted):
             raise NotFound(f"no event destination {dest_id}", code="destination_not_found")
@@ -189,7 +213,7 @@ class DestinationService:
 
     async def list_destinations(
         self,
-        tenant_id: str,
+        tenant_id: str | None,
         *,
         status: DestinationStatus | None = None,
         type: str | None = None,
@@ -532,6 +556,47 @@ class DestinationService:
         self._on_change()
         return Event(event_id, tenant_id, type, instant_text, instant_ts, payload)
 
+    # --- the operator console (herald.console): every tenant's view ----------
+    async def overview(self, *, now: float | None = None) -> Overview:
+        """What the console's front page shows, from indexed reads only: finished
+        deliveries by outcome per minute over the last hour and per 15 minutes over
+        the last day, the pending backlog, the oldest due delivery, rejected rows."""
+        now = time.time() if now is None else now
+        hour = await self.store.outcome_counts(since=now - 3600, bucket_seconds=60)
+        day = await self.store.outcome_counts(since=now - 86_400, bucket_seconds=900)
+        backlog = await self.store.delivery_counts(now=now)
+        next_due = await self.store.next_due_at()
+        oldest_due_age = None if next_due is None or next_due > now else now - next_due
+        rejected = len(await self.store.list_rejected(limit=OVERVIEW_REJECTED_MAX + 1))
+        return Overview(
+            now=now,
+            last_hour=hour,
+            last_day=day,
+            due=backlog["due"],
+            scheduled_retry=backlog["scheduled_retry"],
+            held=backlog["held"],
+            oldest_due_age=oldest_due_age,
+            rejected=rejected,
+        )
+
+    async def find_event(
+        self, tenant_id: str | None, event_id: str
+    ) -> tuple[Event, list[Delivery]]:
+        """An event (of any tenant when ``tenant_id`` is None) and the deliveries it
+        fanned out to, newest first."""
+        event = await self.store.get_event(tenant_id, event_id)
+        if event is None and tenant_id is not None:
+            return await self.get_event(tenant_id, event_id), []
+        if event is None:
+            raise NotFound(f"no event {event_id}", code="event_not_found")
+        flt = DeliveryFilter(tenant_id=event.tenant_id, event_id=event.id)
+        deliveries, _ = await self.list_deliveries(flt, limit=EVENT_DELIVERIES_MAX)
+        return event, deliveries
+
+    async def rejected_rows(self, *, limit: int = 100) -> list[dict[str, object]]:
+        """The newest rows the relay could not turn into events, with their reasons."""
+        return await self.store.list_rejected(limit=limit)
+
     async def get_event(self, tenant_id: str, event_id: str) -> Event:
         event = await self.store.get_event(tenant_id, event_id)
         if event is None:
@@ -546,4 +611,4 @@ class DestinationService:
         return event
 
 
-__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "Overview", "ReplayResult"]

@@ -30,7 +30,7 @@ from herald.api.errors import (
     Unauthorized,
     error_body,
 )
-from herald.api.ratelimit import RateLimiter
+from herald.api.ratelimit import request_limiters
 from herald.api.request import DEFAULT_LIMIT as DEFAULT_LIMIT  # bench/query_plans.py reads it here
 from herald.api.request import (
     DELIVERY_STATUSES,
@@ -94,16 +94,9 @@ class Api:
         self.models = schemas.destination_models(service.registry)
         self.cursors = CursorCodec(cursor_key)
         store = service.store
-        self.limiter = RateLimiter(
-            limit=settings.api.rate_limit_requests,
-            window=settings.api.rate_limit_window_seconds,
-            counter=store.count_request if store.shared else None,
-        )
-        # Requests without a valid key, counted per client address, in memory.
-        self.anonymous = RateLimiter(
-            limit=settings.api.unauthenticated_rate_limit_requests,
-            window=settings.api.rate_limit_window_seconds,
-            name="unauthenticated",
+        # Requests without a valid key are counted per client address, in memory.
+        self.limiter, self.anonymous = request_limiters(
+            settings.api, counter=store.count_request if store.shared else None
         )
         self.wake = wake
         self._key_cache: dict[str, tuple[str | None, float]] = {}

@@ -37,10 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--created-at", help="RFC 3339 timestamp (default: now)")
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
-    keys.add_parser("create", parents=[scoped], help="print a new sk_live_ key once")
-    keys.add_parser("list", parents=[scoped], help="the tenant's keys (id, last characters)")
+    kinded = argparse.ArgumentParser(add_help=False, parents=[scoped])
+    kinded.add_argument(
+        "--operator",
+        action="store_true",
+        help="operator keys (sk_op_…, for the web console) instead of a tenant's API keys",
+    )
+    keys.add_parser("create", parents=[kinded], help="print a new sk_live_ (or sk_op_) key once")
+    keys.add_parser("list", parents=[kinded], help="the tenant's keys (id, last characters)")
     keys.add_parser(
-        "revoke", parents=[scoped], help="revoke a key: its id from 'keys list', or the key"
+        "revoke", parents=[kinded], help="revoke a key: its id from 'keys list', or the key"
     ).add_argument("key")
     rot = keys.add_parser(
         "rotate-encryption",
