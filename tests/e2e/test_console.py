@@ -12,6 +12,8 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -363,3 +365,49 @@ def test_a_post_without_the_csrf_token_is_refused(
     assert "unsafe-eval" not in csp
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["referrer-policy"] == "no-referrer"
+
+
+# --- overview, events, rejected rows ----------------------------------------------------
+def test_overview_events_and_rejected_rows(herald: Herald, page: Page, receiver: Receiver) -> None:
+    dest = active_webhook(herald, receiver, name="counted")
+    event_id = emit(herald, "shipment.sent")
+    wait_for(
+        lambda: (delivery_of(herald, event_id, dest) or ("", ""))[1] == "success",
+        what="the delivery",
+    )
+    herald.insert_events([("evt_console_bad", "default", "shipment.sent", "[1, 2]")])
+    wait_for(
+        lambda: bool(herald.query("SELECT 1 FROM herald_outbox_rejected")), what="a rejected row"
+    )
+
+    page.goto("/console/")
+    expect(page.locator("svg rect.bar.success").first).to_be_attached()
+    expect(page.locator("#rejected")).not_to_have_text("0")
+
+    page.get_by_role("link", name="Events").click()
+    page.get_by_label("Event id").fill(event_id)
+    page.get_by_role("button", name="Look up").click()
+    expect(page.get_by_role("heading", name=f"Event {event_id}")).to_be_visible()
+    expect(page.locator("pre.json")).to_contain_text('"n": 1')
+    expect(page.locator("table.list")).to_contain_text(dest["id"])
+
+    page.get_by_role("link", name="Rejected rows").click()
+    expect(page.locator("table.list")).to_contain_text("evt_console_bad")
+    expect(page.locator("table.list")).to_contain_text("[1, 2]")
+
+
+def test_operator_keys_are_listed_apart_and_do_not_open_the_api(
+    herald: Herald, operator_key: str
+) -> None:
+    operators = herald.cli_json("keys", "list", "--operator")["data"]
+    assert operators
+    assert all(k["kind"] == "operator" and "tenant_id" not in k for k in operators)
+    tenants = herald.cli_json("keys", "list")["data"]
+    assert {k["id"] for k in tenants}.isdisjoint(k["id"] for k in operators)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{herald.port}/v2/event-destinations",
+        headers={"Authorization": f"Bearer {operator_key}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 401
