@@ -410,4 +410,40 @@ def test_operator_keys_are_listed_apart_and_do_not_open_the_api(
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=5)
+    refused.value.close()
     assert refused.value.code == 401
+
+
+def test_a_change_writes_the_same_audit_line_from_the_console_and_the_api(
+    herald: Herald, page: Page, receiver: Receiver
+) -> None:
+    dest = active_webhook(herald, receiver, name="audited")
+    page.goto(f"/console/destinations/{dest['id']}")
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#dest-status")).to_have_text("inactive")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{herald.port}/v2/event-destinations/{dest['id']}",
+        data=json.dumps({"status": "active"}).encode(),
+        headers={
+            "Authorization": f"Bearer {herald.api_key('default')}",
+            "Content-Type": "application/json",
+        },
+        method="PATCH",
+    )
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        assert resp.status == 200
+
+    def lines() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in herald.log_events()
+            if e.get("event") == "destination_updated" and e.get("destination_id") == dest["id"]
+        ]
+
+    wait_for(lambda: len(lines()) == 2, what="two audit lines")
+    console, api = lines()
+    assert console["by"].startswith("console:")
+    assert api["by"] == "api:default"
+    assert (console["status"], api["status"]) == ("inactive", "active")
+    assert console.keys() == api.keys()
+    assert console["changed"] == api["changed"] == ["status"]

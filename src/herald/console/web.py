@@ -42,7 +42,7 @@ from herald.console.session import (
 from herald.errors import BadRequest, HeraldError, NotFound
 from herald.ids import new_id
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import DestinationService
+from herald.service import DestinationService, audit, update_fields
 from herald.timeutil import format_epoch, parse_timestamp
 from herald.views import delivery_view, destination_view
 
@@ -284,9 +284,10 @@ class Console:
             f"{name}.html", request, {**context, **extra}, status=400 if errors else 200
         )
 
-    def _audit(self, request: web.Request, action: str, **fields: Any) -> None:
-        """The audit line of a change, as the CLI and the API write theirs."""
-        audit_log.info(action, by=request[OPERATOR].by, request_id=request[REQUEST_ID], **fields)
+    def _audit(self, request: web.Request, action: str, *, tenant_id: str, **fields: Any) -> None:
+        """The audit line of a change, the same the CLI and the API write."""
+        by = request[OPERATOR].by
+        audit(action, by=by, tenant_id=tenant_id, request_id=request[REQUEST_ID], **fields)
 
     # --- sign-in ----------------------------------------------------------------
     async def login_page(self, request: web.Request) -> web.StreamResponse:
@@ -341,7 +342,7 @@ class Console:
     async def logout(self, request: web.Request) -> web.StreamResponse:
         operator = request[OPERATOR]
         await self.sessions.sign_out(operator)
-        self._audit(request, "console_signed_out")
+        audit_log.info("console_signed_out", by=operator.by, request_id=request[REQUEST_ID])
         return self._signed_out()
 
     @staticmethod
@@ -538,7 +539,13 @@ class Console:
             )
         action = "paused" if status is DestinationStatus.INACTIVE else "resumed"
         self.wake()
-        self._audit(request, f"destination_{action}", tenant_id=tenant, destination_id=dest_id)
+        self._audit(
+            request,
+            "destination_updated",
+            tenant_id=tenant,
+            destination_id=dest_id,
+            **update_fields({"status": status.value}),
+        )
         return _redirect(_with_notice(f"{PREFIX}/destinations/{dest_id}", action))
 
     async def pause(self, request: web.Request) -> web.StreamResponse:
@@ -596,7 +603,8 @@ class Console:
         dest = await self.service.get(None, dest_id)
         form = request[FORM]
         try:
-            await self.service.update(dest.tenant_id, dest_id, forms.edit_body(form))
+            body = forms.edit_body(form)
+            await self.service.update(dest.tenant_id, dest_id, body)
         except HeraldError as exc:
             field = forms.form_field_of(exc.field, dest.type)
             return await self._destination_page(
