@@ -156,6 +156,13 @@ def active_webhook(herald: Herald, receiver: Receiver, *, name: str) -> dict[str
     return dest
 
 
+def pause(page: Page, dest: dict[str, Any]) -> None:
+    """Pause a destination from its page, as an operator does."""
+    page.goto(f"/console/destinations/{dest['id']}")
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#dest-status")).to_have_text("inactive")
+
+
 def emit(herald: Herald, event_type: str = "order.created") -> str:
     event_id = f"evt_console_{time.monotonic_ns()}"
     herald.insert_events([(event_id, "default", event_type, '{"n": 1}')])
@@ -268,9 +275,7 @@ def test_pause_holds_deliveries_and_resume_lets_them_flow(
     herald: Herald, page: Page, receiver: Receiver
 ) -> None:
     dest = active_webhook(herald, receiver, name="pausable")
-    page.goto(f"/console/destinations/{dest['id']}")
-    page.get_by_role("button", name="Pause").click()
-    expect(page.locator("#dest-status")).to_have_text("inactive")
+    pause(page, dest)
 
     event_id = emit(herald, "order.paused")
     wait_for(lambda: delivery_of(herald, event_id, dest) is not None, what="the delivery")
@@ -418,9 +423,7 @@ def test_a_change_writes_the_same_audit_line_from_the_console_and_the_api(
     herald: Herald, page: Page, receiver: Receiver
 ) -> None:
     dest = active_webhook(herald, receiver, name="audited")
-    page.goto(f"/console/destinations/{dest['id']}")
-    page.get_by_role("button", name="Pause").click()
-    expect(page.locator("#dest-status")).to_have_text("inactive")
+    pause(page, dest)
     request = urllib.request.Request(
         f"http://127.0.0.1:{herald.port}/v2/event-destinations/{dest['id']}",
         data=json.dumps({"status": "active"}).encode(),

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+import pytest
 
 from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
 from herald.console.session import Sessions
+from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Outcome
 from tests.integration.conftest import Harness
 from tests.integration.test_store import destination, record
@@ -119,3 +123,29 @@ async def test_outcome_counts_bucket_finished_deliveries(harness: Harness) -> No
     assert totals == {"success": 2, "failure": 1}
     # Outside the window: nothing.
     assert await store.outcome_counts(since=time.time() + 60, bucket_seconds=60) == []
+
+
+async def test_the_operator_sees_every_tenants_destinations_and_events(harness: Harness) -> None:
+    store, service = harness.store, harness.service
+    mine, theirs = destination(), replace(destination(), tenant_id="other")
+    for dest in (mine, theirs):
+        await store.create_destination(dest, verification=None)
+    await harness.catalog.refresh(force=True)
+    everyone, more = await service.list_destinations(None, limit=10)
+    assert {d.id for d in everyone} == {mine.id, theirs.id}
+    assert not more
+    only, _ = await service.list_destinations("other", limit=10)
+    assert [d.id for d in only] == [theirs.id]
+    assert (await service.get(None, theirs.id)).tenant_id == "other"
+
+    event_id = await harness.emit("order.created", {"n": 1})
+    event, deliveries = await service.find_event(None, event_id)
+    assert event.tenant_id == "default"
+    assert [d.destination_id for d in deliveries] == [mine.id]
+    event, deliveries = await service.find_event("default", event_id)
+    assert [d.event_id for d in deliveries] == [event_id]
+    with pytest.raises(NotFound):
+        await service.find_event("other", event_id)
+    overview = await service.overview()
+    assert overview.due + overview.scheduled_retry + overview.held == 1
+    assert overview.rejected == 0
