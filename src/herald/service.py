@@ -74,6 +74,8 @@ def update_fields(body: Mapping[str, Any]) -> dict[str, object]:
 
 OVERVIEW_REJECTED_MAX = 1000
 """The overview counts rejected outbox rows up to this many ("1000+" past it)."""
+OVERVIEW_FAILING_MAX = 5
+"""The overview names this many of the destinations failing most."""
 EVENT_DELIVERIES_MAX = 200
 """An event's page lists at most this many of its deliveries."""
 
@@ -92,6 +94,9 @@ class Overview:
     held: int
     oldest_due_age: float | None
     rejected: int
+    in_flight: int
+    failing: list[tuple[str, str, int]]
+    """(destination id, name, failed deliveries) over the last hour, the most first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,6 +591,12 @@ class DestinationService:
         next_due = await self.store.next_due_at()
         oldest_due_age = None if next_due is None or next_due > now else now - next_due
         rejected = len(await self.store.list_rejected(limit=OVERVIEW_REJECTED_MAX + 1))
+        failing = []
+        for dest_id, failures in await self.store.failing_destinations(
+            since=now - 3600, limit=OVERVIEW_FAILING_MAX
+        ):
+            dest = await self.store.get_destination(None, dest_id)
+            failing.append((dest_id, dest.name if dest else dest_id, failures))
         return Overview(
             now=now,
             last_hour=hour,
@@ -595,6 +606,8 @@ class DestinationService:
             held=backlog["held"],
             oldest_due_age=oldest_due_age,
             rejected=rejected,
+            in_flight=await self.store.in_flight(),
+            failing=failing,
         )
 
     async def find_event(

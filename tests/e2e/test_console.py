@@ -242,6 +242,8 @@ def test_a_failed_delivery_is_found_by_the_filters_and_retried_to_success(
         )
         delivery_id = (delivery_of(herald, event_id, dest) or ("", ""))[0]
 
+        page.goto("/console/")  # the overview names it among the failing destinations
+        expect(page.locator("#failing")).to_contain_text("flaky receiver")
         page.get_by_role("link", name="Deliveries").click()
         page.get_by_label("Status").select_option("failure")
         page.get_by_label("Destination id").fill(dest["id"])

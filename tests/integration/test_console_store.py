@@ -123,6 +123,11 @@ async def test_outcome_counts_bucket_finished_deliveries(harness: Harness) -> No
     assert totals == {"success": 2, "failure": 1}
     # Outside the window: nothing.
     assert await store.outcome_counts(since=time.time() + 60, bucket_seconds=60) == []
+    assert await store.failing_destinations(since=since, limit=5) == [
+        (pending[0].destination_id, 1)
+    ]
+    assert await store.failing_destinations(since=time.time() + 60, limit=5) == []
+    assert await store.in_flight() == 0
 
 
 async def test_the_operator_sees_every_tenants_destinations_and_events(harness: Harness) -> None:

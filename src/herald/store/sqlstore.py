@@ -607,6 +607,15 @@ class SQLStore(Generic[D]):
         rows = await self.dialect.read("console_outcomes", since, float(bucket_seconds))
         return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
 
+    async def failing_destinations(self, *, since: float, limit: int) -> list[tuple[str, int]]:
+        """(destination id, failed deliveries since ``since``), the most failing first."""
+        rows = await self.dialect.read("console_failing", since, limit)
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+    async def in_flight(self) -> int:
+        """Deliveries leased right now (being attempted, or about to be)."""
+        return int((await self.dialect.read("console_in_flight"))[0][0])
+
     # --- key rotation -----------------------------------------------------
     async def reencrypt_secrets(
         self, *, after_id: str | None, limit: int

@@ -13,6 +13,7 @@ CREATE INDEX herald_console_sessions_key ON herald_console_sessions (key_hash);
 CREATE INDEX herald_console_sessions_seen ON herald_console_sessions (last_seen);
 
 -- The console's overview counts finished deliveries by outcome over the last hour
--- and day from this index alone (updated_at is when a delivery finished).
-CREATE INDEX herald_deliveries_outcomes ON herald_deliveries (updated_at, status)
+-- and day, and the destinations failing most, from this index alone (updated_at is
+-- when a delivery finished).
+CREATE INDEX herald_deliveries_outcomes ON herald_deliveries (updated_at, status, destination_id)
     WHERE status <> 'pending';

@@ -399,3 +399,13 @@ DELETE FROM herald_console_sessions WHERE last_seen < $1 OR created_at < $2
 -- read from herald_deliveries_outcomes alone
 SELECT status, floor(updated_at / $2)::bigint, COUNT(*) FROM herald_deliveries
 WHERE status <> 'pending' AND updated_at >= $1 GROUP BY 1, 2
+
+-- console_failing --
+-- The destinations with the most failed deliveries since $1, from herald_deliveries_outcomes
+SELECT destination_id, COUNT(*) FROM herald_deliveries
+WHERE status = 'failure' AND updated_at >= $1
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
+
+-- console_in_flight --
+-- Leased deliveries: being attempted right now (herald_deliveries_leased)
+SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL
