@@ -3,17 +3,21 @@ that is switched off. (Sessions' expiry: tests/integration/test_console_store.py
 
 from __future__ import annotations
 
+import asyncio
 import http.cookiejar
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.daemon import Herald
+from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
 
 class Client:
@@ -87,3 +91,66 @@ def test_the_console_can_be_switched_off(tmp_path: Path) -> None:
         assert status == 404
     finally:
         h.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> None:
+    """Each page's queries, on the database the daemon runs on: sign in, create a
+    destination through the form, publish an event, and open every page."""
+    url = asyncio.run(create_postgres_database()) if backend == "postgres" else None
+    h = Herald(tmp_path, database_url=url)
+    h.start()
+    try:
+        client = Client(h)
+        assert client.sign_in(h.cli("keys", "create", "--operator").stdout.strip()) == 303
+        _, page = client.request("/console/destinations/new")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None
+        form = {
+            "csrf_token": token.group(1),
+            "type": "webhook",
+            "tenant": "acme",
+            "name": "hook",
+            "events": "*",
+            "config.url": "http://127.0.0.1:9/hook",
+        }
+        assert client.request("/console/destinations", form)[0] == 303
+        [(dest_id,)] = h.query("SELECT id FROM herald_destinations")
+        h.insert_events([("evt_page", "acme", "order.created", '{"n": 1}')])
+        [(delivery_id,)] = _eventually_one(
+            h, "SELECT id FROM herald_deliveries WHERE kind = 'event'"
+        )
+        h.insert_events([("evt_bad", "acme", "order.created", "[]")])
+        pages = [
+            "/console/",
+            "/console/deliveries",
+            "/console/deliveries?status=pending&tenant=acme&event_type=order.created&range=1h",
+            f"/console/deliveries?destination={dest_id}&since=2020-01-01T00:00:00Z",
+            f"/console/deliveries/{delivery_id}",
+            "/console/destinations",
+            "/console/destinations?tenant=acme&status=pending_verification&type=webhook",
+            f"/console/destinations/{dest_id}",
+            f"/console/destinations/{dest_id}/delete",
+            "/console/destinations/new?type=aws_sqs",
+            "/console/events",
+            "/console/events/evt_page",
+            "/console/events/evt_page?tenant=acme",
+            "/console/outbox/rejected",
+        ]
+        assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
+        assert client.request("/console/events/evt_page?tenant=other")[0] == 404
+        assert client.request("/console/deliveries?status=nope")[0] == 400
+    finally:
+        h.stop()
+        if url is not None:
+            asyncio.run(drop_postgres_database(url))
+
+
+def _eventually_one(h: Herald, sql: str) -> list[tuple[Any, ...]]:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        rows = h.query(sql)
+        if rows:
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"no row for {sql}")
