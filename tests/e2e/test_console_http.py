@@ -139,6 +139,16 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
         ]
         assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
         assert client.request("/console/events/evt_page?tenant=other")[0] == 404
+        # An event id with characters that mean something in a URL still finds its page.
+        odd = "evt_a/b?c#d e&f"
+        h.insert_events([(odd, "acme", "order.created", '{"n": 2}')])
+        _eventually_one(h, "SELECT 1 FROM herald_events WHERE id = ?", (odd,))
+        status, _ = client.request("/console/events?" + urllib.parse.urlencode({"id": odd}))
+        assert status == 303
+        location = "/console/events/" + urllib.parse.quote(odd, safe="")
+        status, page = client.request(location)
+        assert status == 200
+        assert "evt_a/b?c#d e&amp;f" in page
         assert client.request("/console/deliveries?status=nope")[0] == 400
     finally:
         h.stop()
@@ -146,10 +156,10 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             asyncio.run(drop_postgres_database(url))
 
 
-def _eventually_one(h: Herald, sql: str) -> list[tuple[Any, ...]]:
+def _eventually_one(h: Herald, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        rows = h.query(sql)
+        rows = h.query(sql, params)
         if rows:
             return rows
         time.sleep(0.05)

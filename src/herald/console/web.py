@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import aiohttp_jinja2
 import jinja2
@@ -85,6 +85,11 @@ def _csp(nonce: str) -> str:
     )
 
 
+def _path_segment(value: str) -> str:
+    """A value quoted to stand as one path segment of a link."""
+    return quote(value, safe="")
+
+
 def _redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
@@ -136,6 +141,7 @@ class Console:
             loader=jinja2.PackageLoader("herald.console", "templates"),
             autoescape=True,
             context_processors=[self._context],
+            filters={"path": _path_segment},
         )
         r = app.router
         r.add_get("/", self.overview)
@@ -158,7 +164,8 @@ class Console:
         r.add_get("/destinations/{id}/delete", self.delete_page)
         r.add_post("/destinations/{id}/delete", self.delete)
         r.add_get("/events", self.event_lookup)
-        r.add_get("/events/{id}", self.event)
+        # A producer's event id may hold any visible character, '/' included.
+        r.add_get("/events/{id:.+}", self.event)
         r.add_get("/outbox/rejected", self.rejected)
         static = Path(str(resources.files("herald.console") / "static"))
         r.add_static("/static", static)
@@ -703,7 +710,7 @@ class Console:
             return self._render("event_lookup.html", request, {})
         query = {"tenant": request.query["tenant"]} if request.query.get("tenant") else {}
         suffix = f"?{urlencode(query)}" if query else ""
-        return _redirect(f"{PREFIX}/events/{event_id}{suffix}")
+        return _redirect(f"{PREFIX}/events/{_path_segment(event_id)}{suffix}")
 
     async def event(self, request: web.Request) -> web.StreamResponse:
         tenant = request.query.get("tenant", "").strip() or None
