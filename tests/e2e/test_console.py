@@ -244,7 +244,7 @@ def test_a_failed_delivery_is_found_by_the_filters_and_retried_to_success(
 
         page.goto("/console/")  # the overview names it among the failing destinations
         expect(page.locator("#failing")).to_contain_text("flaky receiver")
-        page.get_by_role("link", name="Deliveries").click()
+        page.get_by_role("link", name="Deliveries", exact=True).click()
         page.get_by_label("Status").select_option("failure")
         page.get_by_label("Destination id").fill(dest["id"])
         page.get_by_label("Event type").fill("invoice.paid")
@@ -452,3 +452,25 @@ def test_a_change_writes_the_same_audit_line_from_the_console_and_the_api(
     assert (console["status"], api["status"]) == ("inactive", "active")
     assert console.keys() == api.keys()
     assert console["changed"] == api["changed"] == ["status"]
+
+
+def test_the_core_flows_work_with_javascript_off(
+    browser: Browser, herald: Herald, operator_key: str, receiver: Receiver
+) -> None:
+    ctx = browser.new_context(base_url=f"http://127.0.0.1:{herald.port}", java_script_enabled=False)
+    try:
+        page = ctx.new_page()
+        sign_in(page, operator_key)
+        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+        dest = active_webhook(herald, receiver, name="no script")
+        pause(page, dest)
+        page.get_by_role("button", name="Resume").click()
+        expect(page.locator("#dest-status")).to_have_text("active")
+        page.get_by_role("link", name="Deliveries", exact=True).click()
+        page.get_by_label("Destination id").fill(dest["id"])
+        page.get_by_role("button", name="Filter").click()
+        expect(page).to_have_url(re.compile(re.escape(dest["id"])))
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.get_by_role("status")).to_have_text("You are signed out.")
+    finally:
+        ctx.close()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from herald.adapters.base import AdapterContext
 from herald.adapters.registry import Registry
-from herald.config import Settings
+from herald.config import ConsoleSettings, Settings
 from herald.console import charts, forms
-from herald.console.session import csrf_for, csrf_matches
+from herald.console.session import csrf_for, csrf_matches, set_cookie
 from herald.egress import EgressPolicy
 
 
@@ -100,3 +102,22 @@ def test_csrf_tokens_belong_to_one_session() -> None:
     assert not csrf_matches(token, None)
     assert not csrf_matches(token, "")
     assert "session-a" not in token
+
+
+@pytest.mark.parametrize(
+    ("secure_setting", "scheme", "secure"),
+    [(False, "http", False), (False, "https", True), (True, "http", True)],
+)
+def test_the_session_cookie_is_httponly_strict_and_secure_over_https(
+    secure_setting: bool, scheme: str, secure: bool
+) -> None:
+    request = make_mocked_request("GET", "/console/login", headers={"Host": "h"})
+    request = request.clone(scheme=scheme)
+    response = web.Response()
+    settings = ConsoleSettings(secure_cookie=secure_setting)
+    set_cookie(response, request, settings, "herald_console", "v")
+    cookie = response.cookies["herald_console"]
+    assert cookie["httponly"] is True
+    assert cookie["samesite"] == "Strict"
+    assert cookie["path"] == "/console"
+    assert bool(cookie["secure"]) is secure
