@@ -10,14 +10,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
+
+T = TypeVar("T")
 
 
 class Client:
@@ -97,7 +100,7 @@ def test_the_console_can_be_switched_off(tmp_path: Path) -> None:
 def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> None:
     """Each page's queries, on the database the daemon runs on: sign in, create a
     destination through the form, publish an event, and open every page."""
-    url = asyncio.run(create_postgres_database()) if backend == "postgres" else None
+    url = _in_thread(create_postgres_database()) if backend == "postgres" else None
     h = Herald(tmp_path, database_url=url)
     h.start()
     try:
@@ -153,7 +156,13 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
     finally:
         h.stop()
         if url is not None:
-            asyncio.run(drop_postgres_database(url))
+            _in_thread(drop_postgres_database(url))
+
+
+def _in_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end on a thread of its own (this test is synchronous)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _eventually_one(h: Herald, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
