@@ -590,7 +590,7 @@ class DestinationService:
         backlog = await self.store.delivery_counts(now=now)
         next_due = await self.store.next_due_at()
         oldest_due_age = None if next_due is None or next_due > now else now - next_due
-        rejected = len(await self.store.list_rejected(limit=OVERVIEW_REJECTED_MAX + 1))
+        rejected = await self.store.count_rejected(up_to=OVERVIEW_REJECTED_MAX + 1)
         failing = []
         for dest_id, failures in await self.store.failing_destinations(
             since=now - 3600, limit=OVERVIEW_FAILING_MAX

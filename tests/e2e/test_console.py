@@ -325,6 +325,9 @@ def test_overview_events_and_rejected_rows(herald: Herald, page: Page, receiver:
 def test_operator_keys_are_listed_apart_and_do_not_open_the_api(
     herald: Herald, operator_key: str
 ) -> None:
+    both = herald.cli("keys", "create", "--operator", "--tenant", "acme", check=False)
+    assert both.returncode == 2
+    assert "belongs to no tenant" in both.stderr
     operators = herald.cli_json("keys", "list", "--operator")["data"]
     assert operators
     assert all(k["kind"] == "operator" and "tenant_id" not in k for k in operators)

@@ -27,6 +27,7 @@ from herald.cli.common import EXIT_OK, UsageError, os_user
 from herald.cli.output import print_json, short_ts, table
 from herald.config import Settings
 from herald.errors import ConfigError, HeraldError, NotFound
+from herald.model import DEFAULT_TENANT
 from herald.store.base import ApiKeyInfo
 from herald.timeutil import format_epoch
 from herald.views import list_view
@@ -36,8 +37,8 @@ async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
     operator = args.operator
+    tenant, kind = _scope(args)
     key = new_api_key(operator=operator)
-    tenant = OPERATOR_TENANT if operator else args.tenant
     digest = hash_api_key(key)
     async with components(settings) as comp:
         await comp.store.create_api_key(
@@ -45,7 +46,7 @@ async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
             tenant_id=tenant,
             hint=key[-4:],
             now=time.time(),
-            kind=OPERATOR_KIND if operator else TENANT_KIND,
+            kind=kind,
         )
     structlog.get_logger("herald.keys").info(
         "api_key_created", by=f"cli:{os_user()}", **_whose(args), key_id=key_id(digest)
@@ -225,6 +226,8 @@ async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
 def _scope(args: argparse.Namespace) -> tuple[str, str]:
     """The tenant column and kind of the keys a command acts on."""
     if args.operator:
+        if args.tenant != DEFAULT_TENANT:
+            raise UsageError("an operator key belongs to no tenant: give --operator or --tenant")
         return OPERATOR_TENANT, OPERATOR_KIND
     return args.tenant, TENANT_KIND
 

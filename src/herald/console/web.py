@@ -51,6 +51,9 @@ audit_log = structlog.get_logger("herald.audit")
 
 PREFIX = "/console"
 PAGE_SIZE = 50
+REJECTED_PAGE = 50
+REJECTED_DATA_CHARS = 2000
+"""A rejected row's data is shown up to this many characters (a row may hold 1 MB)."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPERATOR = web.RequestKey("console_operator", Operator)
@@ -726,17 +729,23 @@ class Console:
         )
 
     async def rejected(self, request: web.Request) -> web.StreamResponse:
-        rows = await self.service.rejected_rows(limit=100)
-        shown = [
-            {
-                **row,
-                "rejected": format_epoch(float(row["rejected_at"]))  # type: ignore[arg-type]
-                if row.get("rejected_at") is not None
-                else None,
-            }
-            for row in rows
-        ]
-        return self._render("rejected.html", request, {"rows": shown})
+        rows = await self.service.rejected_rows(limit=REJECTED_PAGE)
+        shown = []
+        for row in rows:
+            data = row.get("data")
+            text = data.decode(errors="replace") if isinstance(data, bytes) else str(data or "")
+            rejected_at = row.get("rejected_at")
+            shown.append(
+                {
+                    **row,
+                    "data": text[:REJECTED_DATA_CHARS],
+                    "cut": len(text) > REJECTED_DATA_CHARS,
+                    "rejected": format_epoch(rejected_at)
+                    if isinstance(rejected_at, int | float)
+                    else None,
+                }
+            )
+        return self._render("rejected.html", request, {"rows": shown, "chars": REJECTED_DATA_CHARS})
 
 
 def _success_rate(totals: Mapping[str, int]) -> str:

@@ -612,6 +612,10 @@ class SQLStore(Generic[D]):
         rows = await self.dialect.read("console_failing", since, limit)
         return [(str(r[0]), int(r[1])) for r in rows]
 
+    async def count_rejected(self, *, up_to: int) -> int:
+        """Rejected outbox rows, counted up to ``up_to``."""
+        return int((await self.dialect.read("console_rejected_count", up_to))[0][0])
+
     async def in_flight(self) -> int:
         """Deliveries leased right now (being attempted, or about to be)."""
         return int((await self.dialect.read("console_in_flight"))[0][0])

@@ -409,3 +409,7 @@ GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
 -- console_in_flight --
 -- Leased deliveries: being attempted right now (herald_deliveries_leased)
 SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL
+
+-- console_rejected_count --
+-- Rejected outbox rows, counted up to $1 (their data is never read)
+SELECT COUNT(*) FROM (SELECT 1 FROM herald_outbox_rejected LIMIT $1) AS r
