@@ -55,6 +55,27 @@ class Client:
         return status
 
 
+def _cookie(name: str, value: str) -> http.cookiejar.Cookie:
+    return http.cookiejar.Cookie(
+        0,
+        name,
+        value,
+        None,
+        False,
+        "127.0.0.1",
+        False,
+        False,
+        "/console",
+        True,
+        False,
+        None,
+        False,
+        None,
+        None,
+        {},
+    )
+
+
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
     h = Herald(
@@ -84,6 +105,11 @@ def test_the_console_has_the_apis_rate_limits(herald: Herald) -> None:
     statuses = [operator.request("/console/deliveries")[0] for _ in range(6)]
     assert statuses[:4] == [200, 200, 200, 200]
     assert statuses[-1] == 429  # 5 requests per window per operator key, as per tenant
+
+    # Guessed session ids count against the address too: it is past its limit already.
+    forger = Client(herald)
+    forger.jar.set_cookie(_cookie("herald_console", "guessed-session-id"))
+    assert forger.request("/console/")[0] == 429
 
 
 def test_the_console_can_be_switched_off(tmp_path: Path) -> None:

@@ -233,11 +233,26 @@ class Console:
             raise BadRequest("The address contains a NUL character.")
         await read_body(request, self.settings.api.body_timeout_seconds)
         if request.method == "POST":
-            request[FORM] = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+            try:
+                posted = await request.post()
+            except ValueError as exc:  # a body that is no form (bad encoding, broken multipart)
+                raise BadRequest("The form could not be read.") from exc
+            request[FORM] = {k: v for k, v in posted.items() if isinstance(v, str)}
         if request.path in PUBLIC:
             return await handler(request)
-        operator = await self.sessions.resolve(request.cookies.get(SESSION_COOKIE))
+        cookie = request.cookies.get(SESSION_COOKIE)
+        operator = await self.sessions.resolve(cookie)
         if operator is None:
+            if cookie is not None:
+                # A cookie that opens no session is counted like a request without a
+                # valid key: guessing session ids is held to the same per-address rate.
+                decision = await self.anonymous.hit(request.remote or "unknown")
+                if not decision.allowed:
+                    response = self._error_page(
+                        request, 429, f"Too many requests; try again in {decision.reset} s."
+                    )
+                    response.headers.update(decision.headers)
+                    return response
             if request.path == f"{PREFIX}/logout":
                 return self._signed_out()
             if request.method in ("GET", "HEAD"):
