@@ -25,7 +25,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from herald.api.ratelimit import request_limiters
+from herald.api.ratelimit import Decision, request_limiters
 from herald.api.server import read_body
 from herald.config import Settings
 from herald.console import charts, forms
@@ -248,11 +248,7 @@ class Console:
                 # valid key: guessing session ids is held to the same per-address rate.
                 decision = await self.anonymous.hit(request.remote or "unknown")
                 if not decision.allowed:
-                    response = self._error_page(
-                        request, 429, f"Too many requests; try again in {decision.reset} s."
-                    )
-                    response.headers.update(decision.headers)
-                    return response
+                    return self._limited(request, decision, "Too many requests")
             if request.path == f"{PREFIX}/logout":
                 return self._signed_out()
             if request.method in ("GET", "HEAD"):
@@ -261,14 +257,8 @@ class Console:
         request[OPERATOR] = operator
         decision = await self.limiter.hit(operator.by)
         if not decision.allowed:
-            response = self._error_page(
-                request,
-                429,
-                f"More than {self.limiter.limit} requests in {self.limiter.window:g} s;"
-                f" try again in {decision.reset} s.",
-            )
-            response.headers.update(decision.headers)
-            return response
+            limit = f"More than {self.limiter.limit} requests in {self.limiter.window:g} s"
+            return self._limited(request, decision, limit)
         if request.method == "POST" and not csrf_matches(
             operator.csrf, request[FORM].get(CSRF_FIELD)
         ):
@@ -277,6 +267,12 @@ class Console:
                 request, 403, "Refused: the form did not carry this session's CSRF token."
             )
         return await handler(request)
+
+    def _limited(self, request: web.Request, decision: Decision, what: str) -> web.Response:
+        """The 429 page, with the rate limit's headers."""
+        response = self._error_page(request, 429, f"{what}; try again in {decision.reset} s.")
+        response.headers.update(decision.headers)
+        return response
 
     def _error_page(self, request: web.Request, status: int, message: str) -> web.Response:
         return aiohttp_jinja2.render_template(
