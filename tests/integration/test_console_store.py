@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api
 from herald.console.session import Sessions
 from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Outcome
+from herald.store.queries import load_queries
 from tests.integration.conftest import Harness
 from tests.integration.test_store import destination, record
 
@@ -154,3 +156,29 @@ async def test_the_operator_sees_every_tenants_destinations_and_events(harness: 
     overview = await service.overview()
     assert overview.due + overview.scheduled_retry + overview.held == 1
     assert overview.rejected == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "args"),
+    [("console_outcomes", (0.0, 60.0)), ("console_failing", (0.0, 5)), ("console_in_flight", ())],
+)
+def test_the_overview_reads_indexes_not_the_deliveries_table(
+    harness: Harness, query: str, args: tuple[object, ...]
+) -> None:
+    """Each overview query is answered from an index: on SQLite a covering index and
+    never a walk of the table; on PostgreSQL, with table scans made as costly as they
+    get, from the index that serves it."""
+    if harness.backend == "sqlite":
+        sql = load_queries("sqlite")[query]
+        plan = " | ".join(r[3] for r in harness.db.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "COVERING INDEX" in plan, plan
+        assert not re.search(r"SCAN herald_deliveries(?! USING)", plan), plan
+        return
+    sql = load_queries("postgres")[query]
+    for n, value in enumerate(args, start=1):
+        sql = sql.replace(f"${n}", repr(value))
+    with harness.db.transaction() as db:
+        db.execute("SET LOCAL enable_seqscan = off")
+        plan = " | ".join(r[0] for r in db.execute("EXPLAIN " + sql))
+    index = "herald_deliveries_leased" if query == "console_in_flight" else "outcomes"
+    assert index in plan, plan

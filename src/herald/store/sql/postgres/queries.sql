@@ -402,8 +402,9 @@ WHERE status <> 'pending' AND updated_at >= $1 GROUP BY 1, 2
 
 -- console_failing --
 -- The destinations with the most failed deliveries since $1, from herald_deliveries_outcomes
+-- (its predicate is written out: SQLite does not infer it from status = 'failure')
 SELECT destination_id, COUNT(*) FROM herald_deliveries
-WHERE status = 'failure' AND updated_at >= $1
+WHERE status <> 'pending' AND status = 'failure' AND updated_at >= $1
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
 
 -- console_in_flight --
