@@ -374,6 +374,16 @@ def test_a_change_writes_the_same_audit_line_from_the_console_and_the_api(
     assert (console["status"], api["status"]) == ("inactive", "active")
     assert console.keys() == api.keys()
     assert console["changed"] == api["changed"] == ["status"]
+    # The CLI writes it too (to its stderr), with no request to name.
+    proc = herald.cli("destinations", "update", dest["id"], "--data", '{"status": "inactive"}')
+    [cli] = [
+        line
+        for line in map(json.loads, filter(None, proc.stderr.splitlines()))
+        if line.get("event") == "destination_updated"
+    ]
+    assert cli["by"].startswith("cli:")
+    assert cli.keys() == console.keys() - {"request_id"}
+    assert (cli["status"], cli["changed"]) == ("inactive", ["status"])
 
 
 def test_the_core_flows_work_with_javascript_off(
