@@ -27,6 +27,10 @@ from tests.support.browser import (
 )
 from tests.support.daemon import Herald
 
+# One worker runs a module's tests, so its daemon (a module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("console")
+
+
 XSS_NAME = "<img src=x onerror=alert(1)>"
 
 

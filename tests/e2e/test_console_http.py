@@ -20,6 +20,10 @@ import pytest
 from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
+# One worker runs a module's tests, so its daemon (a module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("console")
+
+
 T = TypeVar("T")
 
 

@@ -22,6 +22,10 @@ from tests.support.browser import (
 )
 from tests.support.daemon import Herald
 
+# One worker runs a module's tests, so its daemon (a module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("console")
+
+
 VIEWPORT = {"width": 1280, "height": 800}
 
 
