@@ -17,3 +17,10 @@ CREATE INDEX herald_console_sessions_seen ON herald_console_sessions (last_seen)
 -- when a delivery finished).
 CREATE INDEX herald_deliveries_outcomes ON herald_deliveries (updated_at, status, destination_id)
     WHERE status <> 'pending';
+
+-- Failed deliveries, newest first, of every tenant: what an operator looks for. They
+-- are few, so a walk of all ids for a page of them (with a time range, say) would
+-- read the whole table (0.8 s at 1,000,000 deliveries); this index holds only them,
+-- with created_at so that the range is checked in the index.
+CREATE INDEX herald_deliveries_failed ON herald_deliveries (id, created_at)
+    WHERE status = 'failure';
