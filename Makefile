@@ -10,7 +10,7 @@ CONFIG ?= config.example.toml
 # bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
 PYTEST_ARGS ?= -n 2 --dist loadgroup -rs --durations=30
 
-.PHONY: run test lint format bench install dev clean services constraints
+.PHONY: run test lint format bench install dev clean services constraints screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ services:
 # tests may stop) must be there; a test that would skip without it fails instead.
 test: lint services
 	HERALD_REQUIRE_SERVICES=1 $(BIN)/pytest $(PYTEST_ARGS)
+
+# The console's screenshots in docs/console/, taken by the browser tests from a seeded database.
+screenshots: dev services
+	HERALD_SCREENSHOTS=docs/console $(BIN)/pytest -q -p no:randomly tests/e2e/test_console_screenshots.py
 
 bench: dev services
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from bench import (
     adapters,
+    console,
     fanout,
     idle,
     isolation,
@@ -50,6 +51,7 @@ BENCHMARKS = [
     Benchmark(adapters.NAME, adapters.HELP, adapters.add_arguments, adapters.run),
     Benchmark(retention.NAME, retention.HELP, retention.add_arguments, retention.run),
     Benchmark(query_plans.NAME, query_plans.HELP, query_plans.add_arguments, query_plans.run),
+    Benchmark(console.NAME, console.HELP, console.add_arguments, console.run),
 ]
 
 

@@ -215,3 +215,29 @@ ensure_promtool() {
 # <<< promtool
 
 ensure_promtool || true
+
+# --- chromium: the console's browser tests (tests/e2e/test_console*.py) -----------------
+# Debian's chromium and chromium-driver, driven by Playwright at /usr/bin/chromium (no
+# browser download: Playwright only brings its driver). Installed when missing and we
+# are root; bounded. Without it the browser tests fail (they never skip).
+ensure_chromium() {
+  if [ -x /usr/bin/chromium ]; then
+    echo "test services: chromium present"
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "test services: chromium is missing and cannot be installed (needs root and apt-get);" \
+      "the console's browser tests will fail" >&2
+    return 0
+  fi
+  echo "test services: installing chromium and chromium-driver with apt"
+  local install=(timeout 600 apt-get -o DPkg::Lock::Timeout=60 -y -q --no-install-recommends
+                 install chromium chromium-driver)
+  DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null 2>&1 \
+    || { timeout 180 apt-get -o DPkg::Lock::Timeout=60 -q update >/dev/null 2>&1 \
+         && DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null 2>&1; } \
+    || echo "test services: could not install chromium; the console's browser tests will fail" >&2
+  return 0
+}
+
+ensure_chromium

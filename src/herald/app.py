@@ -18,6 +18,7 @@ from herald import __version__
 from herald.api import ops, server, v2
 from herald.api.ops import ReadinessCheck
 from herald.config import Settings, mask_secrets
+from herald.console import web as console
 from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
@@ -223,6 +224,7 @@ class Daemon:
             wake=parts.changed,
             metrics=self.metrics,
         )
+        console.setup(app, parts.comp.service, settings=s, wake=parts.changed)
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]
         if own:

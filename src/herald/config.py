@@ -281,6 +281,17 @@ class MetricsSettings(_Section):
         return int((self.listen or ":0").rpartition(":")[2])
 
 
+class ConsoleSettings(_Section):
+    """The web console at ``/console/`` on the API listener."""
+
+    enabled: bool = True
+    session_idle_minutes: float = Field(default=30.0, gt=0)
+    session_max_hours: float = Field(default=12.0, gt=0)
+    secure_cookie: bool = False
+    """Mark the session cookie Secure even when the request came in over plain HTTP
+    (behind a proxy that terminates TLS); over HTTPS it always is."""
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console", "auto"] = "auto"
@@ -316,6 +327,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()
     signals: SignalsSettings = SignalsSettings()
     metrics: MetricsSettings = MetricsSettings()
+    console: ConsoleSettings = ConsoleSettings()
     log: LogSettings = LogSettings()
     tracing: TracingSettings = TracingSettings()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -59,6 +59,50 @@ REPLAY_IDS_KEPT = 100
 
 replay_log = structlog.get_logger("herald.replay")
 log = structlog.get_logger("herald.service")
+audit_log = structlog.get_logger("herald.audit")
+
+
+def audit(action: str, *, by: str, tenant_id: str, **fields: object) -> None:
+    """The one audit line of a change a person asked for, written alike by the CLI,
+    the API and the console: ``by`` names who (``cli:<OS user>``, ``api:<tenant>``,
+    ``console:<key id>``), ``fields`` the objects (ids, never a body or a secret)."""
+    audit_log.info(action, by=by, tenant_id=tenant_id, **fields)
+
+
+def update_fields(body: Mapping[str, Any]) -> dict[str, object]:
+    """What an update's audit line says it changed: the fields' names, and the status
+    it set (pause and resume are updates of the status)."""
+    out: dict[str, object] = {"changed": sorted(body)}
+    if isinstance(body.get("status"), str):
+        out["status"] = body["status"]
+    return out
+
+
+OVERVIEW_REJECTED_MAX = 1000
+"""The overview counts rejected outbox rows up to this many ("1000+" past it)."""
+OVERVIEW_FAILING_MAX = 5
+"""The overview names this many of the destinations failing most."""
+EVENT_DELIVERIES_MAX = 200
+"""An event's page lists at most this many of its deliveries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The operator console's front page: counts, never rows."""
+
+    now: float
+    last_hour: list[tuple[str, int, int]]
+    """(outcome, minute number since the epoch, finished deliveries) over the last hour."""
+    last_day: list[tuple[str, int, int]]
+    """The same in 15-minute buckets over the last 24 hours."""
+    due: int
+    scheduled_retry: int
+    held: int
+    oldest_due_age: float | None
+    rejected: int
+    in_flight: int
+    failing: list[tuple[str, str, int]]
+    """(destination id, name, failed deliveries) over the last hour, the most first."""
 
 
 def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
@@ -201,7 +245,10 @@ class DestinationService:
         self._on_change()
         return dest
 
-    async def get(self, tenant_id: str, dest_id: str, *, deleted: bool = False) -> Destination:
+    async def get(
+        self, tenant_id: str | None, dest_id: str, *, deleted: bool = False
+    ) -> Destination:
+        """A destination of ``tenant_id`` (of any tenant when None: the operator's view)."""
         dest = await self.store.get_destination(tenant_id, dest_id)
         if dest is None or (dest.deleted and not deleted):
             raise NotFound(f"no event destination {dest_id}", code="destination_not_found")
@@ -209,7 +256,7 @@ class DestinationService:
 
     async def list_destinations(
         self,
-        tenant_id: str,
+        tenant_id: str | None,
         *,
         status: DestinationStatus | None = None,
         type: str | None = None,
@@ -629,6 +676,57 @@ class DestinationService:
         self._on_change()
         return Event(event_id, tenant_id, type, instant_text, instant_ts, payload)
 
+    # --- the operator console (herald.console): every tenant's view ----------
+    async def overview(self, *, now: float | None = None) -> Overview:
+        """What the console's front page shows, from indexed reads only: finished
+        deliveries by outcome per minute over the last hour and per 15 minutes over
+        the last day, the pending backlog, the oldest due delivery, rejected rows."""
+        now = time.time() if now is None else now
+        hour = await self.store.outcome_counts(since=now - 3600, bucket_seconds=60)
+        day = await self.store.outcome_counts(since=now - 86_400, bucket_seconds=900)
+        backlog = await self.store.delivery_counts(now=now)
+        next_due = await self.store.next_due_at()
+        oldest_due_age = None if next_due is None or next_due > now else now - next_due
+        rejected = await self.store.count_rejected(up_to=OVERVIEW_REJECTED_MAX + 1)
+        failing = []
+        for dest_id, failures in await self.store.failing_destinations(
+            since=now - 3600, limit=OVERVIEW_FAILING_MAX
+        ):
+            dest = await self.store.get_destination(None, dest_id)
+            failing.append((dest_id, dest.name if dest else dest_id, failures))
+        return Overview(
+            now=now,
+            last_hour=hour,
+            last_day=day,
+            due=backlog["due"],
+            scheduled_retry=backlog["scheduled_retry"],
+            held=backlog["held"],
+            oldest_due_age=oldest_due_age,
+            rejected=rejected,
+            in_flight=await self.store.in_flight(),
+            failing=failing,
+        )
+
+    async def find_event(
+        self, tenant_id: str | None, event_id: str
+    ) -> tuple[Event, list[Delivery]]:
+        """An event (of any tenant when ``tenant_id`` is None) and the deliveries it
+        fanned out to, newest first."""
+        event = await self.store.get_event(tenant_id, event_id)
+        if event is None and tenant_id is not None:
+            return await self.get_event(tenant_id, event_id), []
+        if event is None:
+            raise NotFound(f"no event {event_id}", code="event_not_found")
+        # By event id alone, which its index answers (with the tenant too, SQLite would
+        # walk the tenant's deliveries); another tenant's event of the same id is few rows.
+        flt = DeliveryFilter(event_id=event.id)
+        found, _ = await self.list_deliveries(flt, limit=EVENT_DELIVERIES_MAX)
+        return event, [d for d in found if d.tenant_id == event.tenant_id]
+
+    async def rejected_rows(self, *, limit: int = 100) -> list[dict[str, object]]:
+        """The newest rows the relay could not turn into events, with their reasons."""
+        return await self.store.list_rejected(limit=limit)
+
     async def get_event(self, tenant_id: str, event_id: str) -> Event:
         event = await self.store.get_event(tenant_id, event_id)
         if event is None:
@@ -643,4 +741,4 @@ class DestinationService:
         return event
 
 
-__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "Overview", "ReplayResult"]

@@ -81,3 +81,8 @@ async def api(herald: Herald) -> AsyncIterator[Api]:
     """An API client for tenant ``acme`` of the ``herald`` daemon."""
     async with open_api(herald, "acme") as client:
         yield client
+
+
+# --- the console's browser (tests/e2e/test_console*.py) ----------------------------------
+
+from tests.support.browser import browser  # noqa: E402, F401 - a module fixture

@@ -201,7 +201,11 @@ async def fill(store: Store, db: Db) -> None:
     await store.insert_deliveries(events, deliveries)
     attempt = Attempt(new_id("att_"), deliveries[0].id, 1, now, 2.0, Outcome.SUCCESS, 200)
     await store.record_attempts([AttemptRecord(attempt, DeliveryStatus.SUCCESS, None, None)])
-    await store.create_api_key(key_hash="f" * 64, tenant_id="acme", hint="ffff", now=now)
+    # As a schema-8 Herald wrote it (0012 adds the kind, 'tenant' for every older key).
+    db.execute(
+        "INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at) VALUES (?, ?, ?, ?)",
+        ("f" * 64, "acme", "ffff", now),
+    )
     await store.idempotency_begin(tenant_id="acme", key="k", fingerprint="fp", now=now, ttl=60)
     await store.count_request(tenant_id="acme", window_no=7, expire=False)
     # Relayed rows (one of them rejected) leave the outbox; their seqs stay taken.
@@ -232,6 +236,7 @@ async def test_event_ids_per_tenant_keeps_every_row_of_a_schema_8_database(
         try:
             assert await store.schema_version() == shipped_version()
             assert snapshot(db, widths=widths) == before
+            assert await store.tenant_for_key("f" * 64) == "acme"
             plan, count = await store.relay(100, ingest)
             assert count == 2
             assert [e.id for e in plan.events] == ["evt_w1"]

@@ -31,8 +31,11 @@ LISTING = {
     "herald_deliveries_tenant",
     "herald_deliveries_pkey",
     "sqlite_autoindex_herald_deliveries_1",
+    "herald_deliveries_failed",
 }
-"""Indexes a backward walk from the cursor can read: (destination_id, id), (tenant_id, id), id."""
+"""Indexes a backward walk from the cursor can read: (destination_id, id), (tenant_id, id), id,
+and on SQLite (id, created_at) of the failed deliveries alone (the listing asks for
+status=failure)."""
 ATTEMPT_KEY = {"herald_attempts_pkey", "sqlite_autoindex_herald_attempts_1"}
 EXPECTED: dict[str, set[str]] = {
     "claim_due": PENDING,

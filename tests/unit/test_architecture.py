@@ -59,7 +59,7 @@ FLOORS: list[tuple[str, ...]] = [
     # The engine's loops and the operations people call.
     ("herald.dispatch", "herald.outbox", "herald.service", "herald.tokens"),
     # Faces and wiring.
-    ("herald.wiring", "herald.workers", "herald.api"),
+    ("herald.wiring", "herald.workers", "herald.api", "herald.console"),
     ("herald.app",),
     ("herald.cli", "herald.__main__"),
 ]

@@ -17,6 +17,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
+from herald.config import ApiSettings
+
 
 class Counter(Protocol):
     """The store's ``count_request``: one more request in a window, and the count."""
@@ -42,6 +44,8 @@ class Decision:
 
 
 class RateLimiter:
+    """Requests counted per key (a tenant, an operator key, a client address)."""
+
     def __init__(
         self,
         *,
@@ -99,3 +103,21 @@ class RateLimiter:
     def _expire(self, now: float) -> None:
         for tenant in [t for t, w in self._windows.items() if now - w.start >= self.window]:
             del self._windows[tenant]
+
+
+def request_limiters(
+    settings: ApiSettings, *, counter: Counter | None
+) -> tuple[RateLimiter, RateLimiter]:
+    """The API's two limits, which the console shares: ``api.rate_limit_requests`` per
+    key holder (counted by ``counter`` across instances when given), and
+    ``api.unauthenticated_rate_limit_requests`` per client address without a valid
+    key (in memory)."""
+    window = settings.rate_limit_window_seconds
+    return (
+        RateLimiter(limit=settings.rate_limit_requests, window=window, counter=counter),
+        RateLimiter(
+            limit=settings.unauthenticated_rate_limit_requests,
+            window=window,
+            name="unauthenticated",
+        ),
+    )

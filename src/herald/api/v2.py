@@ -30,7 +30,7 @@ from herald.api.errors import (
     Unauthorized,
     error_body,
 )
-from herald.api.ratelimit import RateLimiter
+from herald.api.ratelimit import request_limiters
 from herald.api.request import DEFAULT_LIMIT as DEFAULT_LIMIT  # bench/query_plans.py reads it here
 from herald.api.request import (
     DELIVERY_STATUSES,
@@ -57,7 +57,7 @@ from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.metrics import Metrics
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import DestinationService
+from herald.service import DestinationService, audit, update_fields
 from herald.timeutil import format_epoch
 from herald.tokens import IssuedToken, Tokens
 from herald.views import (
@@ -119,16 +119,9 @@ class Api:
         self.models = schemas.destination_models(service.registry)
         self.cursors = CursorCodec(cursor_key)
         store = service.store
-        self.limiter = RateLimiter(
-            limit=settings.api.rate_limit_requests,
-            window=settings.api.rate_limit_window_seconds,
-            counter=store.count_request if store.shared else None,
-        )
-        # Requests without a valid key, counted per client address, in memory.
-        self.anonymous = RateLimiter(
-            limit=settings.api.unauthenticated_rate_limit_requests,
-            window=settings.api.rate_limit_window_seconds,
-            name="unauthenticated",
+        # Requests without a valid key are counted per client address, in memory.
+        self.limiter, self.anonymous = request_limiters(
+            settings.api, counter=store.count_request if store.shared else None
         )
         self.wake = wake
         self.tokens = Tokens(store)
@@ -366,6 +359,14 @@ class Api:
         request[KEY_HASH] = digest
         return tenant
 
+    @staticmethod
+    def _audit(request: web.Request, action: str, **fields: object) -> None:
+        # Keys carry no id of their own: the tenant names the caller, as for replays.
+        tenant = request[TENANT]
+        audit(
+            action, by=f"api:{tenant}", tenant_id=tenant, request_id=request[REQUEST_ID], **fields
+        )
+
     # --- parsing helpers ----------------------------------------------------------
     def _known_type(self, data: dict[str, Any]) -> None:
         # An unknown type is an invalid value (422 naming `type`), even when the body
@@ -488,6 +489,7 @@ class Api:
         async def run() -> web.Response:
             model = await json_body(request, self.models.create, precheck=self._known_type)
             dest = await self.service.create(request[TENANT], model.model_dump(exclude_unset=True))
+            self._audit(request, "destination_created", destination_id=dest.id)
             return self._respond(self.models.destination, self._dest(dest), status=201)
 
         return await self._idempotent(request, raw, run)
@@ -520,21 +522,30 @@ class Api:
 
     async def update_destination(self, request: web.Request) -> web.StreamResponse:
         model = await json_body(request, self.models.update)
-        dest = await self.service.update(
-            request[TENANT], request.match_info["id"], model.model_dump(exclude_unset=True)
-        )
+        body = model.model_dump(exclude_unset=True)
+        dest = await self.service.update(request[TENANT], request.match_info["id"], body)
+        self._audit(request, "destination_updated", destination_id=dest.id, **update_fields(body))
         return self._respond(self.models.destination, self._dest(dest))
 
     async def delete_destination(self, request: web.Request) -> web.StreamResponse:
         dest = await self.service.delete(request[TENANT], request.match_info["id"])
+        self._audit(request, "destination_deleted", destination_id=dest.id)
         return self._respond(self.models.destination, self._dest(dest))
 
     async def test_destination(self, request: web.Request) -> web.StreamResponse:
         delivery = await self.service.test(request[TENANT], request.match_info["id"])
+        self._audit(
+            request,
+            "destination_tested",
+            destination_id=delivery.destination_id,
+            delivery_id=delivery.id,
+            outcome=delivery.status.value,
+        )
         return self._respond(schemas.Delivery, delivery_view(delivery, with_attempts=True))
 
     async def verify_destination(self, request: web.Request) -> web.StreamResponse:
         dest = await self.service.verify(request[TENANT], request.match_info["id"])
+        self._audit(request, "destination_verification_sent", destination_id=dest.id)
         return self._respond(self.models.destination, self._dest(dest), status=202)
 
     async def rotate_secret(self, request: web.Request) -> web.StreamResponse:
@@ -542,6 +553,7 @@ class Api:
         dest, secret = await self.service.rotate_secret(
             request[TENANT], request.match_info["id"], body.secret
         )
+        self._audit(request, "destination_secret_rotated", destination_id=dest.id)
         view = self._dest(dest)
         if body.secret is None:
             view["secret"] = secret  # generated here: the caller's only chance to see it
@@ -583,6 +595,7 @@ class Api:
 
     async def retry_delivery(self, request: web.Request) -> web.StreamResponse:
         delivery = await self.service.retry(request[TENANT], request.match_info["id"])
+        self._audit(request, "delivery_retried", delivery_id=delivery.id)
         self.wake()
         return self._respond(
             schemas.Delivery, delivery_view(delivery, with_attempts=True), status=202

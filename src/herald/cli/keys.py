@@ -1,5 +1,5 @@
-"""``herald keys …``: tenants' API keys, and re-encrypting credentials under a new
-encryption key."""
+"""``herald keys …``: tenants' API keys and operators' console keys (``--operator``),
+and re-encrypting credentials under a new encryption key."""
 
 from __future__ import annotations
 
@@ -13,11 +13,21 @@ from typing import Any
 
 import structlog
 
-from herald.apikeys import API_KEY_PREFIX, hash_api_key, new_api_key
+from herald.apikeys import (
+    API_KEY_PREFIX,
+    OPERATOR_KEY_PREFIX,
+    OPERATOR_KIND,
+    OPERATOR_TENANT,
+    TENANT_KIND,
+    hash_api_key,
+    key_id,
+    new_api_key,
+)
 from herald.cli.common import EXIT_OK, UsageError, os_user
 from herald.cli.output import print_json, short_ts, table
 from herald.config import Settings
 from herald.errors import ConfigError, HeraldError, NotFound
+from herald.model import DEFAULT_TENANT
 from herald.store.base import ApiKeyInfo
 from herald.timeutil import format_epoch
 from herald.views import list_view
@@ -26,20 +36,35 @@ from herald.views import list_view
 async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
-    key = new_api_key()
+    operator = args.operator
+    tenant, kind = _scope(args)
+    key = new_api_key(operator=operator)
+    digest = hash_api_key(key)
     async with components(settings) as comp:
         await comp.store.create_api_key(
-            key_hash=hash_api_key(key), tenant_id=args.tenant, hint=key[-4:], now=time.time()
+            key_hash=digest,
+            tenant_id=tenant,
+            hint=key[-4:],
+            now=time.time(),
+            kind=kind,
         )
+    structlog.get_logger("herald.keys").info(
+        "api_key_created", by=f"cli:{os_user()}", **_whose(args), key_id=key_id(digest)
+    )
     if args.json:
-        print_json({"object": "api_key", "tenant_id": args.tenant, "key": key})
+        view: dict[str, Any] = {"object": "api_key", "id": key_id(digest), "key": key}
+        view.update({"kind": OPERATOR_KIND} if operator else {"tenant_id": args.tenant})
+        print_json(view)
     else:
         print(key)
-        print(
-            f"# API key for tenant {args.tenant!r}; shown once, only its hash is stored.",
-            file=sys.stderr,
-        )
+        whose = "an operator (the web console)" if operator else f"tenant {args.tenant!r}"
+        print(f"# API key for {whose}; shown once, only its hash is stored.", file=sys.stderr)
     return EXIT_OK
+
+
+def _whose(args: argparse.Namespace) -> dict[str, str]:
+    """The audit lines' owner of a key: its kind, or its tenant."""
+    return {"kind": OPERATOR_KIND} if args.operator else {"tenant_id": args.tenant}
 
 
 def _new_key(args: argparse.Namespace) -> bytes:
@@ -133,15 +158,12 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-KEY_ID_LENGTH = 12
-"""An API key is named by the first hex digits of its SHA-256 (the key itself is gone)."""
-
-
 def _key_view(key: ApiKeyInfo) -> dict[str, Any]:
+    owner = {"kind": key.kind} if key.kind == OPERATOR_KIND else {"tenant_id": key.tenant_id}
     return {
         "object": "api_key",
-        "id": key.key_hash[:KEY_ID_LENGTH],
-        "tenant_id": key.tenant_id,
+        "id": key_id(key.key_hash),
+        **owner,
         "ends_with": key.hint,
         "created_at": format_epoch(key.created_at),
         "revoked_at": None if key.revoked_at is None else format_epoch(key.revoked_at),
@@ -152,7 +174,8 @@ async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
     async with components(settings) as comp:
-        views = [_key_view(k) for k in await comp.store.list_api_keys(args.tenant)]
+        tenant, kind = _scope(args)
+        views = [_key_view(k) for k in await comp.store.list_api_keys(tenant, kind=kind)]
     if args.json:
         print_json(list_view(views, has_more=False, next_cursor=None, request_id="cli"))
     else:
@@ -165,35 +188,48 @@ async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
-    """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself."""
+    """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself.
+
+    An operator key's console sessions end with it (they are looked up through it)."""
     from herald.wiring import components
 
     ref = args.key.strip()
-    if ref.startswith(API_KEY_PREFIX):
+    tenant, kind = _scope(args)
+    whose = "operators" if args.operator else f"tenant {args.tenant!r}"
+    if ref.startswith((API_KEY_PREFIX, OPERATOR_KEY_PREFIX)):
         prefix = hash_api_key(ref)
     elif re.fullmatch(r"[0-9a-fA-F]{8,64}", ref):
         prefix = ref.lower()
     else:
         raise UsageError("name the key by its id from 'herald keys list' or give the key itself")
     async with components(settings) as comp:
-        keys = await comp.store.list_api_keys(args.tenant)
+        keys = await comp.store.list_api_keys(tenant, kind=kind)
         live = [k for k in keys if k.key_hash.startswith(prefix) and k.revoked_at is None]
         if len(live) > 1:
-            raise UsageError(f"{len(live)} keys of tenant {args.tenant!r} match; give more digits")
+            raise UsageError(f"{len(live)} keys of {whose} match; give more digits")
         if not live:
-            raise NotFound(f"tenant {args.tenant!r} has no unrevoked key {args.key!r}")
+            raise NotFound(f"no unrevoked key {args.key!r} of {whose}")
         await comp.store.revoke_api_keys(
-            tenant_id=args.tenant, hash_prefix=live[0].key_hash, now=time.time()
+            tenant_id=tenant, hash_prefix=live[0].key_hash, now=time.time(), kind=kind
         )
         revoked = _key_view(replace(live[0], revoked_at=time.time()))
     structlog.get_logger("herald.keys").info(
-        "api_key_revoked", by=f"cli:{os_user()}", tenant_id=args.tenant, key_id=revoked["id"]
+        "api_key_revoked", by=f"cli:{os_user()}", **_whose(args), key_id=revoked["id"]
     )
     if args.json:
         print_json(revoked)
     else:
-        print(f"revoked key {revoked['id']} (…{revoked['ends_with']}) of tenant {args.tenant!r}")
+        print(f"revoked key {revoked['id']} (…{revoked['ends_with']}) of {whose}")
     return EXIT_OK
+
+
+def _scope(args: argparse.Namespace) -> tuple[str, str]:
+    """The tenant column and kind of the keys a command acts on."""
+    if args.operator:
+        if args.tenant != DEFAULT_TENANT:
+            raise UsageError("an operator key belongs to no tenant: give --operator or --tenant")
+        return OPERATOR_TENANT, OPERATOR_KIND
+    return args.tenant, TENANT_KIND
 
 
 async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:

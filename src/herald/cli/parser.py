@@ -81,15 +81,29 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--id", help="event id (evt_…); generated when absent")
     emit.add_argument("--created-at", help="RFC 3339 timestamp (default: now)")
 
-    keys = _group(sub, "keys", "API keys: create, list, revoke; rotate the encryption key")
+    keys = _group(sub, "keys", "API keys and operator keys; rotate the encryption key")
     command = functools.partial(_command, keys)
-    command(
-        "create", [scoped], "print a new sk_live_ key once", ["herald keys create --tenant acme"]
+    kinded = argparse.ArgumentParser(add_help=False, parents=[scoped])
+    kinded.add_argument(
+        "--operator",
+        action="store_true",
+        help="operator keys (sk_op_…, for the web console) instead of a tenant's API keys",
     )
-    command("list", [scoped], "the tenant's keys (id, last characters)", ["herald keys list"])
+    command(
+        "create",
+        [kinded],
+        "print a new sk_live_ (or, with --operator, sk_op_) key once",
+        ["herald keys create --tenant acme", "herald keys create --operator"],
+    )
+    command(
+        "list",
+        [kinded],
+        "the tenant's keys, or the operator keys (id, last characters)",
+        ["herald keys list", "herald keys list --operator"],
+    )
     command(
         "revoke",
-        [scoped],
+        [kinded],
         "revoke a key: its id from 'keys list', or the key",
         ["herald keys revoke key_01j…"],
     ).add_argument("key", help="the key's id (key_…) or the key itself")

@@ -12,6 +12,7 @@ from herald.cli.common import (
     UsageError,
     delivery_filter,
     json_object,
+    os_user,
     read_body,
 )
 from herald.cli.output import (
@@ -43,6 +44,12 @@ async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _audit(args: argparse.Namespace, action: str, **fields: object) -> None:
+    from herald.service import audit
+
+    audit(action, by=f"cli:{os_user()}", tenant_id=args.tenant, **fields)
+
+
 async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
@@ -66,16 +73,24 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_OK
         if action == "create":
             dest = await svc.create(args.tenant, json_object(read_body(args.data)))
+            _audit(args, "destination_created", destination_id=dest.id)
         elif action == "show":
             dest = await svc.get(args.tenant, args.id)
         elif action == "update":
-            dest = await svc.update(args.tenant, args.id, json_object(read_body(args.data)))
+            from herald.service import update_fields
+
+            body = json_object(read_body(args.data))
+            dest = await svc.update(args.tenant, args.id, body)
+            _audit(args, "destination_updated", destination_id=dest.id, **update_fields(body))
         elif action == "delete":
             dest = await svc.delete(args.tenant, args.id)
+            _audit(args, "destination_deleted", destination_id=dest.id)
         elif action == "verify":
             dest = await svc.verify(args.tenant, args.id)
+            _audit(args, "destination_verification_sent", destination_id=dest.id)
         elif action == "rotate-secret":
             dest, secret = await svc.rotate_secret(args.tenant, args.id, args.secret)
+            _audit(args, "destination_secret_rotated", destination_id=dest.id)
             out = view(dest)
             out["secret"] = secret
             if args.json:
@@ -89,6 +104,13 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_OK
         elif action == "test":
             delivery = await svc.test(args.tenant, args.id)
+            _audit(
+                args,
+                "destination_tested",
+                destination_id=delivery.destination_id,
+                delivery_id=delivery.id,
+                outcome=delivery.status.value,
+            )
             if args.json:
                 print_json(delivery_view(delivery, with_attempts=True))
             else:

@@ -21,6 +21,17 @@ class ApiKeyInfo:
     hint: str
     created_at: float
     revoked_at: float | None
+    kind: str = "tenant"
+    """``tenant`` (opens the API for its tenant) or ``operator`` (opens the console)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSession:
+    """A console session as stored: the operator key it was opened with, never its id."""
+
+    key_hash: str
+    created_at: float
+    last_seen: float
 
 
 @dataclass(frozen=True, slots=True)

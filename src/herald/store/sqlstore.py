@@ -45,6 +45,7 @@ from herald.signals import (
 from herald.store.base import (
     STALE_CATALOG,
     ApiKeyInfo,
+    ConsoleSession,
     IdempotencyRecord,
     RelayProcessor,
     TokenRow,
@@ -485,13 +486,14 @@ class SQLStore(Generic[D]):
     async def list_destinations(
         self,
         *,
-        tenant_id: str,
+        tenant_id: str | None,
         status: DestinationStatus | None,
         type: str | None,
         before_id: str | None,
         limit: int,
     ) -> list[Destination]:
-        """Live destinations, newest first, ids strictly below ``before_id``."""
+        """Live destinations (of one tenant, or of every tenant when None), newest first,
+        ids strictly below ``before_id``."""
         rows = await self.dialect.read(
             "list_destinations",
             tenant_id,
@@ -548,6 +550,7 @@ class SQLStore(Generic[D]):
             ("d.id", flt.ids, True),
             ("d.kind =", None if flt.kind is None else flt.kind.value, False),
             ("d.replay_id =", flt.replay_id, False),
+            ("d.event_id =", flt.event_id, False),
         )
         clauses: list[str] = []
         for term, value, many in terms:
@@ -746,24 +749,81 @@ class SQLStore(Generic[D]):
             return len(ids)
 
     # --- API keys ---------------------------------------------------------
-    async def create_api_key(self, *, key_hash: str, tenant_id: str, hint: str, now: float) -> None:
+    async def create_api_key(
+        self, *, key_hash: str, tenant_id: str, hint: str, now: float, kind: str = "tenant"
+    ) -> None:
+        """Store a key's hash: ``kind`` ``tenant`` for the API, ``operator`` for the console."""
         async with self.dialect.tx(atomic=False) as c:
-            await self.dialect.execute(c, "create_api_key", key_hash, tenant_id, hint, now)
+            await self.dialect.execute(c, "create_api_key", key_hash, tenant_id, hint, now, kind)
 
     async def tenant_for_key(self, key_hash: str) -> str | None:
+        """The tenant of an unrevoked tenant key (never an operator key)."""
         rows = await self.dialect.read("tenant_for_key", key_hash)
         return str(rows[0][0]) if rows else None
 
-    async def list_api_keys(self, tenant_id: str) -> list[ApiKeyInfo]:
-        """The tenant's keys, newest first, revoked ones included."""
-        return [ApiKeyInfo(*row) for row in await self.dialect.read("list_api_keys", tenant_id)]
+    async def list_api_keys(self, tenant_id: str, *, kind: str = "tenant") -> list[ApiKeyInfo]:
+        """The tenant's keys of ``kind``, newest first, revoked ones included."""
+        rows = await self.dialect.read("list_api_keys", tenant_id, kind)
+        return [ApiKeyInfo(*row) for row in rows]
 
-    async def revoke_api_keys(self, *, tenant_id: str, hash_prefix: str, now: float) -> int:
-        """Revoke the tenant's unrevoked keys whose hash starts with ``hash_prefix``."""
+    async def revoke_api_keys(
+        self, *, tenant_id: str, hash_prefix: str, now: float, kind: str = "tenant"
+    ) -> int:
+        """Revoke the tenant's unrevoked keys of ``kind`` whose hash starts with ``hash_prefix``."""
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.execute(
-                c, "revoke_api_keys", now, tenant_id, len(hash_prefix), hash_prefix
+                c, "revoke_api_keys", now, tenant_id, len(hash_prefix), hash_prefix, kind
             )
+
+    async def operator_key_hint(self, key_hash: str) -> str | None:
+        """The last characters of an unrevoked operator key, or None: no such key."""
+        rows = await self.dialect.read("operator_key", key_hash)
+        return str(rows[0][0]) if rows else None
+
+    # --- console sessions -------------------------------------------------
+    async def create_console_session(
+        self, *, id_hash: str, key_hash: str, now: float, idle_before: float, born_before: float
+    ) -> None:
+        """Store a new session, and forget those idle since ``idle_before`` or older
+        than ``born_before`` (sign-ins are rare enough to sweep on)."""
+        d = self.dialect
+        async with d.tx() as c:
+            await d.execute(c, "console_sessions_expire", idle_before, born_before)
+            await d.execute(c, "console_session_create", id_hash, key_hash, now)
+
+    async def get_console_session(self, id_hash: str) -> ConsoleSession | None:
+        """A session whose operator key is still unrevoked; expiry is the caller's rule."""
+        rows = await self.dialect.read("console_session_get", id_hash)
+        return ConsoleSession(str(rows[0][0]), rows[0][1], rows[0][2]) if rows else None
+
+    async def touch_console_session(self, id_hash: str, *, now: float) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "console_session_touch", now, id_hash)
+
+    async def delete_console_session(self, id_hash: str) -> None:
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "console_session_delete", id_hash)
+
+    async def outcome_counts(
+        self, *, since: float, bucket_seconds: int
+    ) -> list[tuple[str, int, int]]:
+        """Finished deliveries since ``since``: (status, bucket number, count) per bucket
+        of ``bucket_seconds`` (bucket number × bucket_seconds is the bucket's start)."""
+        rows = await self.dialect.read("console_outcomes", since, float(bucket_seconds))
+        return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+
+    async def failing_destinations(self, *, since: float, limit: int) -> list[tuple[str, int]]:
+        """(destination id, failed deliveries since ``since``), the most failing first."""
+        rows = await self.dialect.read("console_failing", since, limit)
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+    async def count_rejected(self, *, up_to: int) -> int:
+        """Rejected outbox rows, counted up to ``up_to``."""
+        return int((await self.dialect.read("console_rejected_count", up_to))[0][0])
+
+    async def in_flight(self) -> int:
+        """Deliveries leased right now (being attempted, or about to be)."""
+        return int((await self.dialect.read("console_in_flight"))[0][0])
 
     # --- key rotation -----------------------------------------------------
     async def reencrypt_secrets(

@@ -277,7 +277,7 @@ FROM herald_destinations WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
-FROM herald_destinations WHERE tenant_id = $1 AND deleted_at IS NULL
+FROM herald_destinations WHERE ($1::text IS NULL OR tenant_id = $1) AND deleted_at IS NULL
   AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
   AND ($4::text IS NULL OR id < $4)
 ORDER BY id DESC LIMIT $5
@@ -393,18 +393,21 @@ DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_r
   WHERE rejected_at < $1 LIMIT $2)
 
 -- create_api_key --
-INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at) VALUES ($1, $2, $3, $4)
+INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at, kind)
+VALUES ($1, $2, $3, $4, $5)
 
 -- tenant_for_key --
-SELECT tenant_id FROM herald_api_keys WHERE hash = $1 AND revoked_at IS NULL
+-- Only tenant keys: an operator key opens the console, not the API
+SELECT tenant_id FROM herald_api_keys WHERE hash = $1 AND revoked_at IS NULL AND kind = 'tenant'
 
 -- list_api_keys --
-SELECT hash, tenant_id, hint, created_at, revoked_at FROM herald_api_keys
-WHERE tenant_id = $1 ORDER BY created_at DESC, hash
+SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
+WHERE tenant_id = $1 AND kind = $2 ORDER BY created_at DESC, hash
 
 -- revoke_api_keys --
 UPDATE herald_api_keys SET revoked_at = $1
 WHERE tenant_id = $2 AND left(hash, $3) = $4 AND revoked_at IS NULL
+  AND kind = $5
 
 -- reencrypt_select --
 -- FOR UPDATE: a concurrent update of one of these rows waits for this batch
@@ -504,3 +507,46 @@ ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value
 
 -- replay_counts --
 SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
+
+-- operator_key --
+SELECT hint FROM herald_api_keys WHERE hash = $1 AND kind = 'operator' AND revoked_at IS NULL
+
+-- console_session_create --
+INSERT INTO herald_console_sessions (id_hash, key_hash, created_at, last_seen)
+VALUES ($1, $2, $3, $3)
+
+-- console_session_get --
+-- A session lives only while its operator key does: revoking the key ends it
+SELECT s.key_hash, s.created_at, s.last_seen FROM herald_console_sessions s
+JOIN herald_api_keys k ON k.hash = s.key_hash
+WHERE s.id_hash = $1 AND k.kind = 'operator' AND k.revoked_at IS NULL
+
+-- console_session_touch --
+UPDATE herald_console_sessions SET last_seen = $1 WHERE id_hash = $2
+
+-- console_session_delete --
+DELETE FROM herald_console_sessions WHERE id_hash = $1
+
+-- console_sessions_expire --
+DELETE FROM herald_console_sessions WHERE last_seen < $1 OR created_at < $2
+
+-- console_outcomes --
+-- Finished deliveries by outcome and time bucket since $1, $2 seconds a bucket,
+-- read from herald_deliveries_outcomes alone
+SELECT status, floor(updated_at / $2)::bigint, COUNT(*) FROM herald_deliveries
+WHERE status <> 'pending' AND updated_at >= $1 GROUP BY 1, 2
+
+-- console_failing --
+-- The destinations with the most failed deliveries since $1, from herald_deliveries_outcomes
+-- (its predicate is written out: SQLite does not infer it from status = 'failure')
+SELECT destination_id, COUNT(*) FROM herald_deliveries
+WHERE status <> 'pending' AND status = 'failure' AND updated_at >= $1
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
+
+-- console_in_flight --
+-- Leased deliveries: being attempted right now (herald_deliveries_leased)
+SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL
+
+-- console_rejected_count --
+-- Rejected outbox rows, counted up to $1 (their data is never read)
+SELECT COUNT(*) FROM (SELECT 1 FROM herald_outbox_rejected LIMIT $1) AS r

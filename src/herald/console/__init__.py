@@ -1,0 +1,1 @@
+"""The operator web console, served under ``/console/`` by ``herald run``."""

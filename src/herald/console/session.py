@@ -1,0 +1,141 @@
+"""Console sign-in: operator keys, server-side sessions, CSRF tokens.
+
+A session id is 256 random bits, sent only in an HttpOnly, SameSite=Strict cookie
+scoped to ``/console`` (Secure over HTTPS, or always with ``console.secure_cookie``).
+The database holds its SHA-256, the operator key's hash and two times; a session
+ends ``console.session_idle_minutes`` after its last request, ``session_max_hours``
+after sign-in, at sign-out, or when its operator key is revoked.
+
+Every state-changing request carries a CSRF token: for a session, an HMAC of the
+session id (the page has it, a cross-site form cannot); before sign-in, a random
+value held both in a cookie and in the form (double submit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from herald.apikeys import hash_api_key, key_id
+from herald.config import ConsoleSettings
+from herald.store import Store
+
+SESSION_COOKIE = "herald_console"
+LOGIN_CSRF_COOKIE = "herald_console_login"
+COOKIE_PATH = "/console"
+CSRF_FIELD = "csrf_token"
+TOUCH_EVERY_SECONDS = 30.0
+"""A session's last use is written at most this often: not one write per page."""
+MAX_KEY_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """Who a signed-in request is: the operator key's id and the session's CSRF token."""
+
+    key_id: str
+    csrf: str
+    session_hash: str
+
+    @property
+    def by(self) -> str:
+        """What audit lines name as the actor."""
+        return f"console:{self.key_id}"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def csrf_for(session_id: str) -> str:
+    """The CSRF token of a session: derived, so nothing more is stored."""
+    return hmac.new(session_id.encode(), b"herald console csrf", hashlib.sha256).hexdigest()
+
+
+def csrf_matches(expected: str, given: object) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(expected.encode(), given.encode())
+
+
+def secure(request: web.Request, settings: ConsoleSettings) -> bool:
+    return settings.secure_cookie or request.secure
+
+
+def set_cookie(
+    response: web.StreamResponse,
+    request: web.Request,
+    settings: ConsoleSettings,
+    name: str,
+    value: str,
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="Strict",
+        secure=secure(request, settings),
+    )
+
+
+def clear_cookie(response: web.StreamResponse, name: str) -> None:
+    response.del_cookie(name, path=COOKIE_PATH)
+
+
+class Sessions:
+    """Operator sessions, stored by the hash of their id."""
+
+    def __init__(self, store: Store, settings: ConsoleSettings) -> None:
+        self.store = store
+        self.idle = settings.session_idle_minutes * 60
+        self.lifetime = settings.session_max_hours * 3600
+
+    async def sign_in(self, key: str) -> tuple[str, str] | None:
+        """A new session for an unrevoked operator key: (session id, key id); None when
+        the key is no operator key."""
+        key = key.strip()
+        if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
+            return None
+        key_hash = hash_api_key(key)
+        if await self.store.operator_key_hint(key_hash) is None:
+            return None
+        session_id = secrets.token_urlsafe(32)
+        now = time.time()
+        await self.store.create_console_session(
+            id_hash=_digest(session_id),
+            key_hash=key_hash,
+            now=now,
+            idle_before=now - self.idle,
+            born_before=now - self.lifetime,
+        )
+        return session_id, key_id(key_hash)
+
+    async def is_tenant_key(self, key: str) -> bool:
+        """Whether a refused key is a tenant's API key (the page then says so)."""
+        key = key.strip()
+        if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
+            return False
+        return await self.store.tenant_for_key(hash_api_key(key)) is not None
+
+    async def resolve(self, session_id: str | None) -> Operator | None:
+        """The operator of a live session; None for no, an expired or a revoked one."""
+        if not session_id or len(session_id) > 128:
+            return None
+        id_hash = _digest(session_id)
+        found = await self.store.get_console_session(id_hash)
+        if found is None:
+            return None
+        now = time.time()
+        if now - found.last_seen > self.idle or now - found.created_at > self.lifetime:
+            await self.store.delete_console_session(id_hash)
+            return None
+        if now - found.last_seen > TOUCH_EVERY_SECONDS:
+            await self.store.touch_console_session(id_hash, now=now)
+        return Operator(key_id(found.key_hash), csrf_for(session_id), id_hash)
+
+    async def sign_out(self, operator: Operator) -> None:
+        await self.store.delete_console_session(operator.session_hash)

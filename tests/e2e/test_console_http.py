@@ -1,0 +1,205 @@
+"""The console over plain HTTP (no browser): the API's rate limits, and a console
+that is switched off. (Sessions' expiry: tests/integration/test_console_store.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.support.daemon import Herald
+from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
+
+# One worker runs a module's tests, so its daemon (a module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("console")
+
+
+T = TypeVar("T")
+
+
+class Client:
+    """A cookie-keeping HTTP client that does not follow redirects."""
+
+    def __init__(self, herald: Herald) -> None:
+        self.base = f"http://127.0.0.1:{herald.port}"
+        self.jar = http.cookiejar.CookieJar()
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: object, **kwargs: object) -> None:
+                return None
+
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(self.jar), NoRedirect()
+        )
+
+    def request(self, path: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+        data = None if form is None else urllib.parse.urlencode(form).encode()
+        try:
+            with self.opener.open(self.base + path, data=data, timeout=10) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read().decode()
+
+    def sign_in(self, key: str) -> int:
+        _, page = self.request("/console/login")
+        match = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert match is not None
+        status, _ = self.request("/console/login", {"csrf_token": match.group(1), "key": key})
+        return status
+
+
+def _cookie(name: str, value: str) -> http.cookiejar.Cookie:
+    return http.cookiejar.Cookie(
+        0,
+        name,
+        value,
+        None,
+        False,
+        "127.0.0.1",
+        False,
+        False,
+        "/console",
+        True,
+        False,
+        None,
+        False,
+        None,
+        None,
+        {},
+    )
+
+
+@pytest.fixture(scope="module")
+def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
+    h = Herald(
+        tmp_path_factory.mktemp("console-http"),
+        {
+            # A window long enough that a slow machine stays inside it.
+            "api": {
+                "rate_limit_requests": 5,
+                "unauthenticated_rate_limit_requests": 3,
+                "rate_limit_window_seconds": 60,
+            },
+        },
+    )
+    h.start()
+    yield h
+    h.stop()
+
+
+def test_the_console_has_the_apis_rate_limits(herald: Herald) -> None:
+    key = herald.cli("keys", "create", "--operator").stdout.strip()
+    guesser = Client(herald)
+    assert [guesser.sign_in("sk_op_wrong") for _ in range(3)] == [401, 401, 401]
+    assert guesser.sign_in("sk_op_wrong") == 429  # this address's failed sign-ins
+
+    operator = Client(herald)
+    assert operator.sign_in(key) == 303  # a good key still signs in from anywhere
+    statuses = [operator.request("/console/deliveries")[0] for _ in range(6)]
+    assert statuses[:4] == [200, 200, 200, 200]
+    assert statuses[-1] == 429  # 5 requests per window per operator key, as per tenant
+
+    # Guessed session ids count against the address too: it is past its limit already.
+    forger = Client(herald)
+    forger.jar.set_cookie(_cookie("herald_console", "guessed-session-id"))
+    assert forger.request("/console/")[0] == 429
+
+
+def test_the_console_can_be_switched_off(tmp_path: Path) -> None:
+    h = Herald(tmp_path, {"console": {"enabled": False}})
+    h.start()
+    try:
+        status, _ = Client(h).request("/console/login")
+        assert status == 404
+    finally:
+        h.stop()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> None:
+    """Each page's queries, on the database the daemon runs on: sign in, create a
+    destination through the form, publish an event, and open every page."""
+    url = _in_thread(create_postgres_database()) if backend == "postgres" else None
+    h = Herald(tmp_path, database_url=url)
+    h.start()
+    try:
+        client = Client(h)
+        assert client.sign_in(h.cli("keys", "create", "--operator").stdout.strip()) == 303
+        _, page = client.request("/console/destinations/new")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None
+        form = {
+            "csrf_token": token.group(1),
+            "type": "webhook",
+            "tenant": "acme",
+            "name": "hook",
+            "events": "*",
+            "config.url": "http://127.0.0.1:9/hook",
+        }
+        assert client.request("/console/destinations", form)[0] == 303
+        [(dest_id,)] = h.query("SELECT id FROM herald_destinations")
+        h.insert_events([("evt_page", "acme", "order.created", '{"n": 1}')])
+        [(delivery_id,)] = _eventually_one(
+            h, "SELECT id FROM herald_deliveries WHERE kind = 'event'"
+        )
+        h.insert_events([("evt_bad", "acme", "order.created", "[]")])
+        pages = [
+            "/console/",
+            "/console/deliveries",
+            "/console/deliveries?status=pending&tenant=acme&event_type=order.created&range=1h",
+            f"/console/deliveries?destination={dest_id}&since=2020-01-01T00:00:00Z",
+            f"/console/deliveries/{delivery_id}",
+            "/console/destinations",
+            "/console/destinations?tenant=acme&status=pending_verification&type=webhook",
+            f"/console/destinations/{dest_id}",
+            f"/console/destinations/{dest_id}/delete",
+            "/console/destinations/new?type=aws_sqs",
+            "/console/events",
+            "/console/events/evt_page",
+            "/console/events/evt_page?tenant=acme",
+            "/console/outbox/rejected",
+        ]
+        assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
+        assert client.request("/console/events/evt_page?tenant=other")[0] == 404
+        # An event id with characters that mean something in a URL still finds its page.
+        odd = "evt_a/b?c#d e&f"
+        h.insert_events([(odd, "acme", "order.created", '{"n": 2}')])
+        _eventually_one(h, "SELECT 1 FROM herald_events WHERE id = ?", (odd,))
+        status, _ = client.request("/console/events?" + urllib.parse.urlencode({"id": odd}))
+        assert status == 303
+        location = "/console/events/" + urllib.parse.quote(odd, safe="")
+        status, page = client.request(location)
+        assert status == 200
+        assert "evt_a/b?c#d e&amp;f" in page
+        assert client.request("/console/deliveries?status=nope")[0] == 400
+    finally:
+        h.stop()
+        if url is not None:
+            _in_thread(drop_postgres_database(url))
+
+
+def _in_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end on a thread of its own (this test is synchronous)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _eventually_one(h: Herald, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        rows = h.query(sql, params)
+        if rows:
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"no row for {sql}")

@@ -1,0 +1,129 @@
+"""Screenshots of every console page, from a seeded database.
+
+Run in the suite, they check that every page renders with data in it (light and
+dark); ``make screenshots`` runs them with ``HERALD_SCREENSHOTS=docs/console`` to
+regenerate the images the README and docs/console.md show.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.support.browser import (
+    Receiver,
+    active_webhook,
+    sign_in,
+    wait_for,
+)
+from tests.support.daemon import Herald
+
+# One worker runs a module's tests, so its daemon (a module fixture) starts once.
+pytestmark = pytest.mark.xdist_group("console")
+
+
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Herald, dict[str, str]]]:
+    """A daemon with two tenants' destinations, succeeded and failed deliveries and a
+    rejected outbox row."""
+    h = Herald(tmp_path_factory.mktemp("screens"), {"delivery": {"max_retries": 1}})
+    h.start()
+    live, flaky = Receiver(), Receiver()
+    live.start()
+    flaky.start()
+    try:
+        orders = active_webhook(h, live, name="Order service")
+        billing = active_webhook(h, flaky, name="Billing (flaky)")
+        h.create_webhook(live.url, name="Acme CRM", tenant="acme", events=["customer.*"])
+        flaky.stop()
+        rows = [
+            (f"evt_seed_{i}", "default", kind, f'{{"order_id": "ord_{i}", "total": {i * 7}}}')
+            for i, kind in enumerate(["order.created", "order.paid", "order.shipped"] * 4)
+        ]
+        h.insert_events(rows)
+        h.insert_events([("evt_seed_bad", "default", "order.created", '"not an object"')])
+
+        def settled() -> bool:
+            [(total, pending)] = h.query(
+                "SELECT COUNT(*), SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END)"
+                " FROM herald_deliveries WHERE kind = 'event'"
+            )
+            return bool(total == 2 * len(rows) and pending == 0)
+
+        wait_for(settled, timeout=30, what="the seeded deliveries to finish")
+        failed = h.query(
+            "SELECT id FROM herald_deliveries WHERE status = 'failure' AND destination_id = ?",
+            (billing["id"],),
+        )
+        yield (
+            h,
+            {
+                "orders": orders["id"],
+                "billing": billing["id"],
+                "failed_delivery": failed[0][0],
+                "event": "evt_seed_1",
+            },
+        )
+    finally:
+        live.stop()
+        h.stop()
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("HERALD_SCREENSHOTS")
+    path = Path(wanted) if wanted else tmp_path_factory.mktemp("shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_page_renders_with_data(
+    browser: Browser,
+    seeded: tuple[Herald, dict[str, str]],
+    out_dir: Path,
+    scheme: str,
+) -> None:
+    h, ids = seeded
+    key = h.cli("keys", "create", "--operator").stdout.strip()
+    ctx = browser.new_context(
+        base_url=f"http://127.0.0.1:{h.port}",
+        viewport=VIEWPORT,  # type: ignore[arg-type]
+        color_scheme=scheme,  # type: ignore[arg-type]
+    )
+    try:
+        page = ctx.new_page()
+        shots: list[tuple[str, str, str]] = [
+            ("login", "/console/login", "Sign in"),
+            ("overview", "/console/", "Overview"),
+            ("deliveries", "/console/deliveries?status=failure", "Deliveries"),
+            ("delivery", f"/console/deliveries/{ids['failed_delivery']}", "Delivery"),
+            ("destinations", "/console/destinations", "Destinations"),
+            ("destination", f"/console/destinations/{ids['orders']}", "Order service"),
+            ("destination-new", "/console/destinations/new?type=webhook", "New destination"),
+            ("event", f"/console/events/{ids['event']}", "Event"),
+            ("rejected", "/console/outbox/rejected", "Rejected outbox rows"),
+        ]
+        if scheme == "dark":  # the light set shows every page; dark, two of them
+            shots = [s for s in shots if s[0] in ("login", "overview", "delivery")]
+        for name, path, heading in shots:
+            if name == "overview":
+                sign_in(page, key)
+            page.goto(path)
+            expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
+            suffix = "-dark" if scheme == "dark" else ""
+            _shoot(page, out_dir / f"{name}{suffix}.png")
+    finally:
+        ctx.close()
+
+
+def _shoot(page: Page, path: Path) -> None:
+    page.screenshot(path=str(path), full_page=False)
+    assert path.stat().st_size > 1000

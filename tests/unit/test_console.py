@@ -1,0 +1,123 @@
+"""The console's pure parts: charts, forms, CSRF tokens."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+
+from herald.adapters.base import AdapterContext
+from herald.adapters.registry import Registry
+from herald.config import ConsoleSettings, Settings
+from herald.console import charts, forms
+from herald.console.session import csrf_for, csrf_matches, set_cookie
+from herald.egress import EgressPolicy
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return Registry(AdapterContext(settings=Settings(), egress=EgressPolicy()))
+
+
+def test_a_chart_stacks_outcomes_per_bucket_newest_at_the_right() -> None:
+    now = 600 * 60 + 30  # half a minute into minute 600
+    counts = [
+        ("success", 600, 3),
+        ("failure", 600, 1),
+        ("success", 599, 2),
+        ("success", 540, 9),  # 60 minutes ago: outside a 60-bucket chart
+        ("pending", 600, 5),  # not an outcome
+    ]
+    chart = charts.bar_chart(counts, now=now, bucket_seconds=60, buckets=60, label="x")
+    assert chart.totals == {"success": 5, "failure": 1}
+    assert chart.peak == 4
+    by_outcome = {(b.outcome, b.title) for b in chart.bars}
+    assert by_outcome == {
+        ("success", "3 success, this bucket"),
+        ("failure", "1 failure, this bucket"),
+        ("success", "2 success, 1 min ago"),
+    }
+    newest = [b for b in chart.bars if b.title.endswith("this bucket")]
+    # The tallest stack fills the height; failure sits on top of success.
+    success, failure = sorted(newest, key=lambda b: -b.y)
+    assert success.outcome == "success"
+    assert success.height + failure.height == pytest.approx(charts.HEIGHT)
+    assert failure.y == pytest.approx(0)
+    assert newest[0].x > next(b for b in chart.bars if "1 min ago" in b.title).x
+
+
+def test_an_empty_chart_has_no_bars() -> None:
+    chart = charts.bar_chart([], now=1000.0, bucket_seconds=60, buckets=60, label="x")
+    assert chart.bars == []
+    assert chart.peak == 0
+
+
+def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
+    body = forms.create_body(
+        {
+            "csrf_token": "t",
+            "type": "webhook",
+            "name": "Orders",
+            "events": "order.*, invoice.paid\nrefund.*",
+            "config.url": "https://example.com/hook",
+            "config.secret": "",
+        }
+    )
+    assert body == {
+        "name": "Orders",
+        "type": "webhook",
+        "events": ["order.*", "invoice.paid", "refund.*"],
+        "webhook": {"url": "https://example.com/hook"},  # empty fields are not sent
+    }
+    assert forms.edit_body({"name": "n", "events": "a.b"}) == {"name": "n", "events": ["a.b"]}
+    fields = {f.name: f for f in forms.config_fields(registry, "webhook")}
+    assert fields["url"].required
+    assert fields["secret"].sensitive
+    assert fields["url"].input_name == "config.url"
+
+
+@pytest.mark.parametrize(
+    ("error_field", "input_name"),
+    [
+        ("name", "name"),
+        ("events", "events"),
+        ("events[2]", "events"),
+        ("type", "type"),
+        ("webhook.url", "config.url"),
+        ("webhook", "type"),
+        ("aws_sqs.queue_url", None),  # another type's field: above the form
+        (None, None),
+    ],
+)
+def test_a_service_error_names_the_form_field_beside_which_it_shows(
+    error_field: str | None, input_name: str | None
+) -> None:
+    assert forms.form_field_of(error_field, "webhook") == input_name
+
+
+def test_csrf_tokens_belong_to_one_session() -> None:
+    token = csrf_for("session-a")
+    assert csrf_matches(token, csrf_for("session-a"))
+    assert not csrf_matches(token, csrf_for("session-b"))
+    assert not csrf_matches(token, None)
+    assert not csrf_matches(token, "")
+    assert "session-a" not in token
+
+
+@pytest.mark.parametrize(
+    ("secure_setting", "scheme", "secure"),
+    [(False, "http", False), (False, "https", True), (True, "http", True)],
+)
+def test_the_session_cookie_is_httponly_strict_and_secure_over_https(
+    secure_setting: bool, scheme: str, secure: bool
+) -> None:
+    request = make_mocked_request("GET", "/console/login", headers={"Host": "h"})
+    request = request.clone(scheme=scheme)
+    response = web.Response()
+    settings = ConsoleSettings(secure_cookie=secure_setting)
+    set_cookie(response, request, settings, "herald_console", "v")
+    cookie = response.cookies["herald_console"]
+    assert cookie["httponly"] is True
+    assert cookie["samesite"] == "Strict"
+    assert cookie["path"] == "/console"
+    assert bool(cookie["secure"]) is secure
