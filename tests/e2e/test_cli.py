@@ -136,9 +136,9 @@ async def test_ops_commands_see_every_tenant_and_say_what_they_did(
 
         # Commands that change something say so.
         proc = await h.acli("destinations", "verify", dests["default"])
-        assert f"queued a new verification ping for {dests['default']}" in proc.stderr
+        assert f"queued a new verification ping for {dests['default']}" in proc.stdout
         proc = await h.acli("destinations", "delete", dests["default"])
-        assert f"deleted {dests['default']}" in proc.stderr
+        assert f"deleted {dests['default']}" in proc.stdout
 
         # outbox rejected honours --tenant, and --all-tenants shows both.
         h.insert_events([("", "acme", "order.paid", "{}"), ("", "default", "order.paid", "{}")])

@@ -11,6 +11,7 @@ The walk-through marks its steps with HTML comments that a reader never sees:
 - ``<!-- walk: wait NAME="TEXT" -->``: until a background terminal has printed TEXT;
 - ``<!-- walk: wait sql="SELECT COUNT(*) …" -->``: until the query counts more than 0
   in the walk-through's database (what a reader watches happen);
+- ``<!-- walk: wait http=URL -->``: until the URL answers 200 (a page to open);
 - ``<!-- walk: stop NAME -->`` and ``<!-- walk: restart NAME -->``: Ctrl-C in that
   terminal, and its command again.
 
@@ -222,6 +223,8 @@ def test_the_readme_walkthrough_works_as_written(tmp_path: Path) -> None:
                 key, _, text = step.args[0].partition("=")
                 if key == "sql":
                     walk.until(lambda text=text: walk.count(text) > 0, f"{text} > 0")
+                elif key == "http":
+                    walk.until(lambda text=text: walk.ready(text), f"{text} answering 200")
                 else:
                     out = walk.terminals[key].output
                     walk.until(lambda out=out, text=text: text in out(), repr(text), key)

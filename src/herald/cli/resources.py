@@ -128,7 +128,7 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_OK
         dest_rows([v])
         print_verification(v)
-        # Say what changed, on stderr: stdout stays the object.
+        # Say what changed (stderr is the log's: JSON lines when log.format is json).
         said = {
             "create": f"created {dest.id}: pending_verification until its verification ping"
             " succeeds (herald deliveries list --destination " + dest.id + ")",
@@ -137,7 +137,7 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             "verify": f"queued a new verification ping for {dest.id}; it is active once the"
             " ping succeeds",
         }[action]
-        print(said, file=sys.stderr)
+        print(said)
     return EXIT_OK
 
 
