@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -18,7 +18,7 @@ from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
-from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
 from herald.fields import (
     MAX_TYPE_LENGTH,
     check_event_types,
@@ -127,6 +127,42 @@ def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
     return out
 
 
+T = TypeVar("T")
+
+
+class Problems:
+    """The problems of one request body's fields, gathered so that one error names
+    them all (the first, with the others in its ``also``), as the API's ``errors``
+    array promises."""
+
+    def __init__(self) -> None:
+        self.found: list[HeraldError] = []
+
+    def check(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """``fn(*args, **kwargs)``, or None with its problem kept."""
+        try:
+            return fn(*args, **kwargs)
+        except (ValidationError, BadRequest) as exc:
+            self.add(exc)
+            return None
+
+    def add(self, exc: HeraldError) -> None:
+        """Keep ``exc`` and what rides with it, one problem per field."""
+        for problem in (exc, *exc.also):
+            if problem.field is None or not self.about(problem.field):
+                self.found.append(problem)
+
+    def about(self, field: str) -> bool:
+        return any(p.field == field for p in self.found)
+
+    def raise_any(self) -> None:
+        if self.found:
+            # A malformed field (400) leads, as it decides the status.
+            first, *rest = sorted(self.found, key=lambda p: not isinstance(p, BadRequest))
+            first.also = tuple(rest)
+            raise first
+
+
 class DestinationService:
     def __init__(
         self,
@@ -209,23 +245,34 @@ class DestinationService:
     async def create(self, tenant_id: str, body: Mapping[str, Any]) -> Destination:
         type_name = str_field(body, "type", required=True, max_length=MAX_TYPE_LENGTH)
         assert type_name is not None
-        self._known_keys(body, type_name, ())
-        name = name_field(body)
-        if name is None:
-            raise ValidationError("name is required", field="name", code="field_required")
-        events = events_field(body, required=True)
-        assert events is not None
+        # Every field's problem at once, in one error (the rest in its ``also``).
+        found = Problems()
+        found.check(self._known_keys, body, type_name, ())
+        name = found.check(name_field, body)
+        if name is None and not found.about("name"):
+            found.add(ValidationError("name is required", field="name", code="field_required"))
+        events = found.check(events_field, body, required=True)
         canonical, used, raw = self._type_object(body, type_name)
+        config = None
         if raw is None:
-            raise ValidationError(
-                f"{type_name} (the type's config object) is required",
-                field=type_name,
-                code="field_required",
+            found.add(
+                ValidationError(
+                    f"{type_name} (the type's config object) is required",
+                    field=type_name,
+                    code="field_required",
+                )
             )
-        config = self.registry.parse_config(
-            type_name, {k: v for k, v in raw.items() if v is not None}
-        )
-        config_lengths(used, raw)
+        else:
+            config = found.check(
+                self.registry.parse_config,
+                type_name,
+                {k: v for k, v in raw.items() if v is not None},
+            )
+            found.check(config_lengths, used, raw)
+        found.raise_any()
+        assert name is not None
+        assert events is not None
+        assert config is not None
         await self.registry.get(canonical).check(config, tenant_id=tenant_id)
         plain, secrets = config.split()
         now = time.time()
@@ -302,10 +349,12 @@ class DestinationService:
                     field="type",
                     code="type_immutable",
                 )
-        self._known_keys(body, current.type, ("status",))
-        name = name_field(body)
-        events = events_field(body, required=False)
-        status_raw = str_field(body, "status", required=False)
+        found = Problems()
+        found.check(self._known_keys, body, current.type, ("status",))
+        name = found.check(name_field, body)
+        events = found.check(events_field, body, required=False)
+        status_raw = found.check(str_field, body, "status", required=False)
+        found.raise_any()
         _, used, raw = self._type_object(body, current.type)
         if raw is not None:
             # A credential echoed back as shown ("********") means "unchanged".

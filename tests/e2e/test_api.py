@@ -1606,3 +1606,21 @@ async def test_receiver_answer_errors_are_recorded_by_test(api: Api) -> None:
         )
     finally:
         await r.stop()
+
+
+async def test_every_bad_field_of_a_body_is_reported_at_once(api: Api) -> None:
+    """One request, every problem: a client fixes its body in one round, not one field
+    per round (issue 19). Each error names its field and has a resolution of its own."""
+    body = {"name": "", "type": "webhook", "events": [], "webhook": {"secret": "nope"}}
+    status, _, got = await api.post(DESTS, json=body)
+    assert status == 422, got
+    errors = {e["field"]: e for e in got["errors"]}
+    assert {"name", "events", "webhook.url"} <= errors.keys(), got
+    assert errors["webhook.url"]["code"] == "field_required"
+    assert all(e["resolution"] for e in got["errors"])
+    assert len(errors) == len(got["errors"]), "one error per field"
+    dest = await create(api, hook(dead_url()))
+    status, _, got = await api.patch(f"{DESTS}/{dest['id']}", json={"name": "", "events": []})
+    assert status == 422, got
+    assert {e["field"] for e in got["errors"]} == {"name", "events"}
+    assert (await api.get(DESTS))[2]["data"][0]["name"] == dest["name"]  # nothing changed

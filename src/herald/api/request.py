@@ -5,7 +5,7 @@ JSON media types) and turned into the typed errors the API answers with."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from herald.api.errors import from_pydantic
 from herald.api.jsonbody import parse_body
 from herald.errors import BadRequest, ValidationError
+from herald.service import Problems
 from herald.timeutil import parse_when
 
 JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")
@@ -90,7 +91,11 @@ async def json_body(
     *,
     optional: bool = False,
     precheck: Callable[[dict[str, Any]], None] | None = None,
+    field_checks: Sequence[Callable[[dict[str, Any]], object]] = (),
 ) -> M:
+    """The body as ``model``; a body with several bad fields raises one error naming
+    them all (``field_checks``: the service's own checks of single fields, run beside
+    the model's so that their problems are reported in the same answer)."""
     raw = await request.read()
     if not raw.strip():
         if optional:
@@ -108,7 +113,15 @@ async def json_body(
         raise BadRequest("the body must be a JSON object", code="invalid_json")
     if precheck is not None:
         precheck(data)
+    found = Problems()
+    parsed: M | None = None
     try:
-        return model.model_validate(data)
+        parsed = model.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise from_pydantic(exc) from exc
+        found.add(from_pydantic(exc))
+    if found.found:  # the service would check these next: say so now, all at once
+        for check in field_checks:
+            found.check(check, data)
+    found.raise_any()
+    assert parsed is not None
+    return parsed

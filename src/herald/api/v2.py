@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import time
@@ -52,7 +53,7 @@ from herald.errors import (
     StorageError,
     ValidationError,
 )
-from herald.fields import MAX_TYPE_LENGTH
+from herald.fields import MAX_TYPE_LENGTH, events_field, name_field
 from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.metrics import Metrics
@@ -487,7 +488,12 @@ class Api:
         raw = await request.read()
 
         async def run() -> web.Response:
-            model = await json_body(request, self.models.create, precheck=self._known_type)
+            model = await json_body(
+                request,
+                self.models.create,
+                precheck=self._known_type,
+                field_checks=(name_field, functools.partial(events_field, required=True)),
+            )
             dest = await self.service.create(request[TENANT], model.model_dump(exclude_unset=True))
             self._audit(request, "destination_created", destination_id=dest.id)
             return self._respond(self.models.destination, self._dest(dest), status=201)
@@ -521,7 +527,11 @@ class Api:
         return self._respond(self.models.destination, self._dest(dest))
 
     async def update_destination(self, request: web.Request) -> web.StreamResponse:
-        model = await json_body(request, self.models.update)
+        model = await json_body(
+            request,
+            self.models.update,
+            field_checks=(name_field, functools.partial(events_field, required=False)),
+        )
         body = model.model_dump(exclude_unset=True)
         dest = await self.service.update(request[TENANT], request.match_info["id"], body)
         self._audit(request, "destination_updated", destination_id=dest.id, **update_fields(body))
