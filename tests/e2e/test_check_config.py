@@ -35,6 +35,8 @@ def check(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProces
 
 
 def run_refusal(tmp_path: Path, config: str) -> str:
+    """What herald run says when it refuses ``config``: its JSON log line's error (its
+    stderr is a log; log.format "auto" is JSON off a terminal)."""
     path = tmp_path / "run.toml"
     path.write_text(config)
     proc = subprocess.run(
@@ -46,7 +48,9 @@ def run_refusal(tmp_path: Path, config: str) -> str:
         env=ENV,
     )
     assert proc.returncode == 2, proc.stderr
-    return proc.stderr.splitlines()[0]
+    line = json.loads(proc.stderr.splitlines()[-1])
+    assert line["event"] == "herald_failed", line
+    return str(line["error"])
 
 
 def test_it_refuses_what_run_refuses_with_the_same_words(tmp_path: Path) -> None:
@@ -54,7 +58,7 @@ def test_it_refuses_what_run_refuses_with_the_same_words(tmp_path: Path) -> None
     config = '[database]\nurl = "postgresql://herald@127.0.0.1:1/herald"\n'
     proc = check(tmp_path, config)
     assert proc.returncode == 2, proc.stdout
-    assert proc.stderr.splitlines()[0] == run_refusal(tmp_path, config)
+    assert proc.stderr.splitlines()[0] == "herald: error: " + run_refusal(tmp_path, config)
     assert "security.encryption_key" in proc.stderr
 
 

@@ -425,7 +425,7 @@ async def test_a_database_that_refuses_writes_makes_herald_unready_and_loses_not
         h = herald_factory({"relay": {"batch_size": 2 * n}}, start=False)
         disk: Path | None = None
         if h.backend == "sqlite":
-            disk = stack.enter_context(small_filesystem(tmp_path / "disk", "8m"))
+            disk = stack.enter_context(small_filesystem(tmp_path / "disk", "16m"))
             url = f"sqlite:///{disk}/herald.db"
             h.config_path.write_text(h.config_path.read_text().replace(h.database_url, url))
             h.db_path, h.database_url = disk / "herald.db", url

@@ -295,7 +295,11 @@ class SQLiteDialect(NamedQueries):
             quiet_since = time.monotonic()
             while True:
                 try:
-                    version: object = conn.execute("PRAGMA data_version").fetchone()[0]
+                    # Stepped to the end and closed: a statement left open would keep
+                    # a read snapshot, and the WAL could never be checkpointed away.
+                    cursor = conn.execute("PRAGMA data_version")
+                    [(version,)] = cursor.fetchall()
+                    cursor.close()
                 except sqlite3.Error:
                     version = None  # busy or failing: let the relay look (and report)
                 now = time.monotonic()
