@@ -32,6 +32,7 @@ from tests.contract.adapter_contract import make_destination, make_event
 from tests.integration.aws.support import isolate_aws_environment
 from tests.integration.conftest import HarnessFactory
 from tests.integration.gcp.peers import ServiceAccount
+from tests.integration.rebinding import Listener
 
 SA = ServiceAccount.generate()
 REBIND = "broker.rebind.example"
@@ -86,36 +87,9 @@ def dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return answers
 
 
-class Listener:
-    """A TCP port on 127.0.0.1 that counts the connections made to it."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def start(self) -> Listener:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Held open and silent: a client that is answered with a close may retry at once.
-        self.connections += 1
-        self._writers.append(writer)
-
-    async def stop(self) -> None:
-        for writer in self._writers:
-            writer.close()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-
 @pytest.fixture
 async def listener() -> AsyncIterator[Listener]:
-    server = await Listener().start()
+    server = await Listener("127.0.0.1").start()
     yield server
     await server.stop()
 

@@ -106,17 +106,6 @@ async def database_at(
             await drop_postgres_database(url)
 
 
-async def open_at(
-    store: Store, version: int, backend: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Open ``store`` migrating up to ``version`` only, as the Herald that shipped it."""
-    module: Any = sqlite_store if backend == "sqlite" else postgres_store
-    shipped = module.migrations()
-    with monkeypatch.context() as m:
-        m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
-        await store.open()
-
-
 def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
     """A relay pass's plan: each row an event (no destinations), or a rejection."""
     plan = RelayPlan()
