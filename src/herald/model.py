@@ -328,7 +328,9 @@ class Replay:
     """One replay (``rpl_…``): who asked, with which filter, and what it re-queued.
 
     ``tenant_id`` is None for an operator-wide replay; ``finished_at`` is None while it
-    runs (or if it was interrupted); ``requeued`` grows as it goes."""
+    runs (or if its process died); ``requeued`` grows as it goes. ``cut_short``: the
+    daemon stopped it before it had re-queued every match (``finished_at`` is then
+    when it stopped, ``requeued`` how far it got)."""
 
     id: str
     tenant_id: str | None
@@ -339,6 +341,7 @@ class Replay:
     requeued: int = 0
     finished_at: float | None = None
     outcome: ReplayOutcome = ReplayOutcome()
+    cut_short: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,3 +355,29 @@ class ReplayResult:
     dry_run: bool
     replay: Replay | None = None
     """The stored replay (None for a dry run, which stores nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationHealth:
+    """How a destination has been answering, from the counters the recorder keeps:
+    when it last answered well and badly, and its attempts over the last 24 hours."""
+
+    last_success_at: float | None = None
+    last_failure_at: float | None = None
+    successes: int = 0
+    failures: int = 0
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts over all attempts in the last 24 hours; None without any."""
+        total = self.successes + self.failures
+        return None if total == 0 else self.failures / total
+
+
+@dataclass(frozen=True, slots=True)
+class HourCount:
+    """One destination's attempts of one hour (``hour`` × 3600 is its start)."""
+
+    hour: int
+    successes: int
+    failures: int

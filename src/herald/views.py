@@ -122,6 +122,7 @@ def replay_view(r: Replay) -> dict[str, Any]:
         "by": r.by,
         "created_at": _ts(r.created_at),
         "finished_at": _ts(r.finished_at),
+        "cut_short": r.cut_short,
         "matched": r.matched,
         "requeued": r.requeued,
         "outcome": {

@@ -230,7 +230,9 @@ def instance_from_row(row: Sequence[Any]) -> Instance:
     return Instance(row[0], row[1], int(row[2]), row[3], float(row[4]), float(row[5]))
 
 
-REPLAY_COLUMNS = "id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at"
+REPLAY_COLUMNS = (
+    "id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at, cut_short"
+)
 
 
 def replay_to_row(r: Replay) -> tuple[Any, ...]:
@@ -257,6 +259,7 @@ def replay_from_row(row: Sequence[Any], outcome: ReplayOutcome) -> Replay:
         requeued=int(row[6]),
         finished_at=None if row[7] is None else float(row[7]),
         outcome=outcome,
+        cut_short=bool(row[8]),
     )
 
 

@@ -51,6 +51,7 @@ from herald.store.base import (
     TokenRow,
     TokenState,
 )
+from herald.store.counters import CounterStore
 from herald.store.dialect import Claim, Conn, Dialect
 from herald.store.rows import (
     attempt_from_row,
@@ -73,7 +74,7 @@ D = TypeVar("D", bound=Dialect)
 _REJECTED_KEYS = ("seq", "id", "tenant_id", "type", "data", "created_at", "reason", "rejected_at")
 
 
-class SQLStore(Generic[D]):
+class SQLStore(CounterStore[D], Generic[D]):
     """The store (``herald.store.Store``): every operation once, over a dialect.
 
     ``shared``: whether several instances may use this database at once (PostgreSQL).
@@ -305,7 +306,9 @@ class SQLStore(Generic[D]):
                     await self._activate_if_pending(
                         c, r.activates_destination, r.attempt.delivery_id, now
                     )
-            return await self._signal(c, records, states, now)
+            recorded = await self._signal(c, records, states, now)
+            await self._count_attempts(c, records)
+            return recorded
 
     async def _signal(
         self,
@@ -601,11 +604,14 @@ class SQLStore(Generic[D]):
             await self.dialect.execute(c, "create_replay", *replay_to_row(replay))
 
     async def update_replay(
-        self, replay_id: str, *, requeued: int, finished_at: float | None
+        self, replay_id: str, *, requeued: int, finished_at: float | None, cut_short: bool = False
     ) -> None:
-        """Record a running replay's progress, and its end with ``finished_at``."""
+        """Record a running replay's progress, and its end with ``finished_at`` (with
+        ``cut_short``, an end before it had re-queued everything)."""
         async with self.dialect.tx(atomic=False) as c:
-            await self.dialect.execute(c, "update_replay", requeued, finished_at, replay_id)
+            await self.dialect.execute(
+                c, "update_replay", requeued, finished_at, replay_id, cut_short
+            )
 
     async def _with_outcomes(self, rows: Sequence[Sequence[Any]]) -> list[Replay]:
         if not rows:
@@ -735,8 +741,8 @@ class SQLStore(Generic[D]):
     async def purge(self, *, before: float, limit: int) -> int:
         """Delete up to ``limit`` finished deliveries last changed before ``before``,
         with their attempts, then events and rejected rows left without a use, and
-        session tokens expired and replays made before it; returns how many
-        deliveries went."""
+        session tokens expired, replays made and destination counters' hours ended
+        before it; returns how many deliveries went."""
         d = self.dialect
         async with d.tx() as c:
             ids = [r[0] for r in await d.fetch(c, "purge_select", before, limit)]
@@ -746,6 +752,7 @@ class SQLStore(Generic[D]):
             await d.execute(c, "purge_rejected", before, limit)
             await d.execute(c, "purge_tokens", before, limit)
             await d.execute(c, "purge_replays", before, limit)
+            await self._purge_hours(c, before=before, limit=limit)
             return len(ids)
 
     # --- API keys ---------------------------------------------------------

@@ -422,15 +422,18 @@ INSERT INTO herald_replays (id, tenant_id, filter, requested_by, created_at, mat
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 
 -- update_replay --
-UPDATE herald_replays SET requeued = $1, finished_at = $2 WHERE id = $3
+-- $4: stopped before it had re-queued everything
+UPDATE herald_replays SET requeued = $1, finished_at = $2, cut_short = $4 WHERE id = $3
 
 -- get_replay --
 -- $2 NULL: any tenant's, and operator-wide ones (an operator asks)
-SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at
+SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at,
+  cut_short
 FROM herald_replays WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- list_replays --
-SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at
+SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at,
+  cut_short
 FROM herald_replays WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR id < $2)
 ORDER BY id DESC LIMIT $3
 
@@ -498,6 +501,41 @@ DELETE FROM herald_session_tokens WHERE id IN (SELECT id FROM herald_session_tok
 DELETE FROM herald_replays WHERE id IN (SELECT r.id FROM herald_replays r
   WHERE r.created_at < $1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
     WHERE d.replay_id = r.id) LIMIT $2)
+
+-- count_last --
+-- When a destination last answered well ($2) and badly ($3), the later of the stored
+-- and the given (a NULL leaves it); rows come in destination order (the lock order)
+INSERT INTO herald_destination_stats (destination_id, last_success_at, last_failure_at)
+VALUES ($1, $2, $3)
+ON CONFLICT (destination_id) DO UPDATE SET
+  last_success_at = GREATEST(herald_destination_stats.last_success_at, excluded.last_success_at),
+  last_failure_at = GREATEST(herald_destination_stats.last_failure_at, excluded.last_failure_at)
+
+-- count_hour --
+-- A destination's successful ($3) and failed ($4) attempts of hour $2, added
+INSERT INTO herald_destination_hours (destination_id, hour, successes, failures)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (destination_id, hour) DO UPDATE SET
+  successes = herald_destination_hours.successes + excluded.successes,
+  failures = herald_destination_hours.failures + excluded.failures
+
+-- destination_last --
+SELECT destination_id, last_success_at, last_failure_at FROM herald_destination_stats
+WHERE destination_id = ANY($1::text[])
+
+-- destination_rates --
+-- The destinations' attempts since hour $1: at most 24 rows each, by primary key
+SELECT destination_id, SUM(successes), SUM(failures) FROM herald_destination_hours
+WHERE hour >= $1 AND destination_id = ANY($2::text[]) GROUP BY destination_id
+
+-- destination_hours --
+SELECT hour, successes, failures FROM herald_destination_hours
+WHERE destination_id = $1 AND hour >= $2 ORDER BY hour
+
+-- purge_hours --
+-- Hours (since the epoch) before $1, up to $2 rows
+DELETE FROM herald_destination_hours WHERE (destination_id, hour) IN (
+  SELECT destination_id, hour FROM herald_destination_hours WHERE hour < $1 LIMIT $2)
 
 -- count_replay --
 -- Replays by who asked ($1), for every instance's metrics: replays:$1 and replayed:$1
