@@ -26,6 +26,7 @@ from herald.ids import new_id
 from herald.metrics import DatabaseCounts, Metrics
 from herald.model import Instance, Recorded
 from herald.outbox import Relay
+from herald.replayer import Replayer
 from herald.service import DestinationService
 from herald.systemd import Notifier
 from herald.wiring import Components, InstanceLock, components, delivery_limits, encryption_key
@@ -44,6 +45,7 @@ class _Parts:
     dispatcher: Dispatcher
     relay: Relay
     pool: WorkerPool | None
+    replayer: Replayer
 
     def changed(self) -> None:
         """Destinations or deliveries changed in this process: every part looks again."""
@@ -160,10 +162,14 @@ class Daemon:
             workers=lambda: dispatcher.running and dispatcher.storage_error is None,
             recorder=lambda: dispatcher.running and dispatcher.recorder.storage_error is None,
         )
-        parts = _Parts(comp, dispatcher, relay, pool)
         comp.service = DestinationService(
-            comp.store, comp.registry, comp.policy, catalog=comp.catalog, on_change=parts.changed
+            comp.store,
+            comp.registry,
+            comp.policy,
+            catalog=comp.catalog,
+            on_change=lambda: parts.changed(),
         )
+        parts = _Parts(comp, dispatcher, relay, pool, Replayer(comp.service))
         return parts
 
     def _recorded(self, recorded: Recorded, relay: Relay) -> None:
@@ -267,6 +273,8 @@ class Daemon:
                 self.exit_code = 1
         self.stop.set()
         self.notifier.stopping()
+        # Before the engine: a replay still re-queuing ends between two batches.
+        await parts.replayer.stop()
         for task in side:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)

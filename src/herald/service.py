@@ -6,6 +6,8 @@ transitions, verification, test pings, secret rotation, retry and replay.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -128,6 +130,14 @@ def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
 
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _ReplayRun:
+    """How far a running replay got: what it re-queued, and whether a stop ended it."""
+
+    requeued: int = 0
+    cut_short: bool = False
 
 
 class Problems:
@@ -582,38 +592,102 @@ class DestinationService:
         dry or not, is logged here once with who, the filter and how many, so the
         CLI and the API cannot drift apart in what the audit trail records.
         """
+        flt, total = await self._replay_matches(flt)
+        sample, _ = await self.list_deliveries(flt, limit=sample_size)
+        if dry_run:
+            self._log_replay(flt, by=by, matched=total, rate_per_second=rate_per_second)
+            return ReplayResult(total, 0, sample, True)
+        record = await self._store_replay(flt, total, by)
+        record = await self.run_replay(
+            record, flt, rate_per_second=rate_per_second, progress=progress
+        )
+        return ReplayResult(total, record.requeued, sample, False, record)
+
+    async def start_replay(self, flt: DeliveryFilter, *, by: str) -> tuple[Replay, DeliveryFilter]:
+        """Store a replay of what ``flt`` matches and return it, with the filter to run
+        it with, before anything is re-queued: the caller runs :meth:`run_replay`
+        (the daemon's :class:`~herald.replayer.Replayer` does, in the background)."""
+        flt, total = await self._replay_matches(flt)
+        return await self._store_replay(flt, total, by), flt
+
+    async def _replay_matches(self, flt: DeliveryFilter) -> tuple[DeliveryFilter, int]:
         check_event_types(flt.event_types)
         # Only event deliveries are replayed (verifications and test pings are not):
         # count and sample just those, so a dry run says what a real run re-queues.
         flt = replace(flt, kind=DeliveryKind.EVENT)
-        total = await self.store.count_deliveries(flt)
-        sample, _ = await self.list_deliveries(flt, limit=sample_size)
-        record: Replay | None = None
-        if not dry_run:
-            record = Replay(
-                id=new_id("rpl_"),
-                tenant_id=flt.tenant_id,
-                filter=replay_filter(flt),
-                by=by,
-                created_at=time.time(),
-                matched=total,
-            )
-            await self.store.create_replay(record)
-            requeued = 0
-            if total:
-                requeued = await self._requeue_matching(
-                    flt, total, rate_per_second, progress, record.id
+        return flt, await self.store.count_deliveries(flt)
+
+    async def _store_replay(self, flt: DeliveryFilter, total: int, by: str) -> Replay:
+        record = Replay(
+            id=new_id("rpl_"),
+            tenant_id=flt.tenant_id,
+            filter=replay_filter(flt),
+            by=by,
+            created_at=time.time(),
+            matched=total,
+        )
+        await self.store.create_replay(record)
+        return record
+
+    async def run_replay(
+        self,
+        record: Replay,
+        flt: DeliveryFilter,
+        *,
+        rate_per_second: float | None = None,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        stop: asyncio.Event | None = None,
+    ) -> Replay:
+        """Re-queue what a stored replay matches (``flt`` from :meth:`start_replay`),
+        storing its progress as it goes and its end; returns it as it ended.
+
+        ``stop`` set (the daemon stopping) ends it between two batches: it is stored
+        ``cut_short``, with ``finished_at`` and how far it got."""
+        run = _ReplayRun()
+        try:
+            if record.matched:
+                await self._requeue_matching(flt, record, run, rate_per_second, progress, stop)
+        except HeraldError:
+            # It ends cut short, as far as it got (if the database lets that be stored).
+            with contextlib.suppress(HeraldError):
+                await self.store.update_replay(
+                    record.id, requeued=run.requeued, finished_at=time.time(), cut_short=True
                 )
-            finished = time.time()
-            await self.store.update_replay(record.id, requeued=requeued, finished_at=finished)
-            # In the database, not this process: the daemons' /metrics count CLI replays.
-            await self.store.count_replay(replay_source(by), requeued)
-            record = replace(
-                record,
-                requeued=requeued,
-                finished_at=finished,
-                outcome=ReplayOutcome(pending=requeued),
-            )
+            raise
+        requeued, cut_short = run.requeued, run.cut_short
+        finished = time.time()
+        await self.store.update_replay(
+            record.id, requeued=requeued, finished_at=finished, cut_short=cut_short
+        )
+        # In the database, not this process: the daemons' /metrics count CLI replays.
+        await self.store.count_replay(replay_source(record.by), requeued)
+        record = replace(
+            record,
+            requeued=requeued,
+            finished_at=finished,
+            cut_short=cut_short,
+            outcome=ReplayOutcome(pending=requeued),
+        )
+        self._log_replay(
+            flt,
+            by=record.by,
+            matched=record.matched,
+            record=record,
+            rate_per_second=rate_per_second,
+        )
+        return record
+
+    @staticmethod
+    def _log_replay(
+        flt: DeliveryFilter,
+        *,
+        by: str,
+        matched: int,
+        rate_per_second: float | None,
+        record: Replay | None = None,
+    ) -> None:
+        """The one audit line of a replay, dry (``record`` None) or ended."""
+        cut = {"cut_short": True} if record is not None and record.cut_short else {}
         replay_log.info(
             "replay",
             by=by,
@@ -625,29 +699,32 @@ class DestinationService:
             since=format_epoch(flt.since) if flt.since is not None else None,
             until=format_epoch(flt.until) if flt.until is not None else None,
             ids=len(flt.ids),
-            dry_run=dry_run,
-            matched=total,
+            dry_run=record is None,
+            matched=matched,
             requeued=0 if record is None else record.requeued,
             rate_per_second=rate_per_second or None,
-        )
-        return ReplayResult(
-            total, 0 if record is None else record.requeued, sample, dry_run, record
+            **cut,
         )
 
     async def _requeue_matching(
         self,
         flt: DeliveryFilter,
-        total: int,
+        record: Replay,
+        run: _ReplayRun,
         rate_per_second: float | None,
         progress: Callable[[int, int], None],
-        replay_id: str,
-    ) -> int:
+        stop: asyncio.Event | None,
+    ) -> None:
+        """Re-queue in batches, counting in ``run`` as it goes."""
         step = max(int(rate_per_second), 1) if rate_per_second else None
-        requeued = 0
+        total = record.matched
         seen = 0
         before: str | None = None
         started = time.time()
         while True:
+            if stop is not None and stop.is_set():
+                run.cut_short = True
+                return
             batch = await self.store.list_deliveries(flt, before_id=before, limit=REPLAY_BATCH)
             if not batch:
                 break
@@ -657,15 +734,14 @@ class DestinationService:
                 [ids] if step is None else [ids[i : i + step] for i in range(0, len(ids), step)]
             )
             for chunk in chunks:
-                due = time.time() if step is None else started + requeued // step
-                requeued += await self.store.requeue(chunk, now=due, replay_id=replay_id)
+                due = time.time() if step is None else started + run.requeued // step
+                run.requeued += await self.store.requeue(chunk, now=due, replay_id=record.id)
             seen += len(batch)
             before = batch[-1].id
             # Progress is stored as it goes: a console follows a large replay from it.
-            await self.store.update_replay(replay_id, requeued=requeued, finished_at=None)
+            await self.store.update_replay(record.id, requeued=run.requeued, finished_at=None)
             progress(min(seen, total), total)
             self._on_change()
-        return requeued
 
     async def get_replay(self, tenant_id: str | None, replay_id: str) -> Replay:
         """A replay with its deliveries counted by status now; a tenant sees only its

@@ -57,7 +57,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.handover",
     ),
     # The engine's loops and the operations people call.
-    ("herald.dispatch", "herald.outbox", "herald.service", "herald.tokens"),
+    ("herald.dispatch", "herald.outbox", "herald.service", "herald.tokens", "herald.replayer"),
     # Faces and wiring.
     ("herald.wiring", "herald.workers", "herald.api", "herald.console"),
     ("herald.app",),

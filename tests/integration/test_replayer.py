@@ -1,0 +1,80 @@
+"""The daemon's background replays, on both backends: a started replay is stored and
+returned before it re-queues, runs to its end as a tracked task, and a stop ends it
+between two batches, stored cut short with how far it got."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from herald.errors import Conflict
+from herald.model import DeliveryFilter, DeliveryStatus
+from herald.replayer import Replayer
+from tests.integration.conftest import Harness, eventually
+from tests.integration.test_store import delivery, event
+
+
+async def failed_deliveries(h: Harness, count: int) -> str:
+    """``count`` failed event deliveries of one destination; its id."""
+    dest = await h.add_webhook("http://127.0.0.1:1/", events=("a.b",))
+    events = [event(i) for i in range(count)]
+    await h.store.insert_deliveries(events, [delivery(e, dest) for e in events])
+    h.rows(
+        "UPDATE herald_deliveries SET status = 'failure', next_attempt_at = NULL,"
+        " attempt_count = 1 WHERE destination_id = ?",
+        (dest.id,),
+    )
+    return dest.id
+
+
+async def test_a_started_replay_answers_at_once_and_runs_to_its_end(harness: Harness) -> None:
+    h = harness
+    dest_id = await failed_deliveries(h, 1200)
+    replayer = Replayer(h.service)
+    flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
+    started = await replayer.start(flt, by="console:test")
+    assert (started.matched, started.requeued, started.finished_at) == (1200, 0, None)
+    assert replayer.running == [started.id]
+
+    async def finished() -> bool:
+        return (await h.service.get_replay(None, started.id)).finished_at is not None
+
+    await eventually(finished, timeout=20, what="the replay finished")
+    done = await h.service.get_replay("default", started.id)
+    assert (done.requeued, done.cut_short, done.outcome.pending) == (1200, False, 1200)
+    assert done.filter == {"status": "failure"}
+    assert (
+        h.scalar(
+            "SELECT COUNT(*) FROM herald_deliveries WHERE destination_id = ? AND replay_id = ?",
+            (dest_id, started.id),
+        )
+        == 1200
+    )
+
+    async def untracked() -> bool:
+        return replayer.running == []
+
+    await eventually(untracked, timeout=5, what="the task forgotten")
+    await replayer.stop()
+
+
+async def test_a_stop_cuts_a_running_replay_short(harness: Harness) -> None:
+    h = harness
+    await failed_deliveries(h, 1200)
+    replayer = Replayer(h.service)
+    flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
+    started = await replayer.start(flt, by="console:test")
+    t0 = time.time()
+    await replayer.stop()
+    stopped = await h.service.get_replay(None, started.id)
+    assert stopped.cut_short
+    assert stopped.finished_at is not None
+    assert t0 <= stopped.finished_at <= time.time()
+    # It ends between two batches (of 500): how far it got is what it re-queued.
+    assert stopped.requeued < 1200
+    assert stopped.requeued == stopped.outcome.pending
+    assert replayer.running == []
+    with pytest.raises(Conflict) as refused:
+        await replayer.start(flt, by="console:test")
+    assert refused.value.code == "stopping"
