@@ -42,9 +42,11 @@ from herald.model import (
     DeliveryKind,
     DeliveryStatus,
     Destination,
+    DestinationHealth,
     DestinationStatus,
     DueDelivery,
     Event,
+    HourCount,
     NewDelivery,
     Replay,
     ReplayOutcome,
@@ -325,6 +327,18 @@ class DestinationService:
             tenant_id=tenant_id, status=status, type=canonical, before_id=before_id, limit=limit + 1
         )
         return rows[:limit], len(rows) > limit
+
+    async def health(
+        self, dests: Iterable[Destination], *, now: float | None = None
+    ) -> dict[str, DestinationHealth]:
+        """How each of ``dests`` (read in the caller's scope) has been answering, from
+        the counters the recorder keeps: one without an attempt yet is left out."""
+        now = time.time() if now is None else now
+        return await self.store.destination_health([d.id for d in dests], now=now)
+
+    async def hourly(self, dest: Destination, *, now: float | None = None) -> list[HourCount]:
+        """``dest``'s attempts per hour over the last 24 hours, from the counters."""
+        return await self.store.destination_hours(dest.id, now=time.time() if now is None else now)
 
     async def _write(
         self,

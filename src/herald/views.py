@@ -12,6 +12,7 @@ from herald.model import (
     Attempt,
     Delivery,
     Destination,
+    DestinationHealth,
     DestinationStatus,
     Event,
     Replay,
@@ -46,6 +47,28 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         view["deleted"] = True
         view["deleted_at"] = _ts(dest.deleted_at)
     return view
+
+
+def health_view(health: DestinationHealth | None) -> dict[str, Any]:
+    """How a destination has been answering (the recorder's counters): its last
+    success and failure, and its attempts and failure rate over the last 24 hours
+    (``failure_rate`` null without an attempt)."""
+    health = health or DestinationHealth()
+    return {
+        "last_success_at": _ts(health.last_success_at),
+        "last_failure_at": _ts(health.last_failure_at),
+        "attempts_24h": health.successes + health.failures,
+        "failed_24h": health.failures,
+        "failure_rate": None if health.failure_rate is None else round(health.failure_rate, 4),
+    }
+
+
+def rate_text(health: DestinationHealth | None) -> str:
+    """A failure rate for people: ``25 % (1 of 4)``, ``-`` without an attempt."""
+    if health is None or health.failure_rate is None:
+        return "-"
+    shown = f"{health.failure_rate * 100:.1f}".removesuffix(".0")
+    return f"{shown} % ({health.failures} of {health.successes + health.failures})"
 
 
 def verification_view(dest: Destination) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -133,6 +134,11 @@ async def test_ops_commands_see_every_tenant_and_say_what_they_did(
         assert f"webhook.url  {receiver.url}" in shown
         assert "webhook.secret ********" in shown
         assert SECRET not in shown
+        # With how it has been answering: the verification's success, the failures since.
+        lines = {line[:12]: line[12:].strip() for line in shown.splitlines()}
+        assert lines["last success"][:2] == "20"
+        assert lines["last failure"][:2] == "20"
+        assert re.fullmatch(r"\d+(\.\d)? % \(\d+ of \d+\) over 24 h", lines["failure rate"])
 
         # Commands that change something say so.
         proc = await h.acli("destinations", "verify", dests["default"])

@@ -109,6 +109,13 @@ def print_delivery(v: dict[str, Any], event: dict[str, Any] | None = None) -> No
             print(f"      response: {visible(a['response_excerpt'])}")
 
 
+def print_health(v: dict[str, Any], rate: str) -> None:
+    """Under one destination: how it has been answering (the recorder's counters)."""
+    print(f"{'last success':12} {short_ts(v['last_success_at']) or '-'}")
+    print(f"{'last failure':12} {short_ts(v['last_failure_at']) or '-'}")
+    print(f"{'failure rate':12} {rate} over 24 h")
+
+
 def print_destination(v: dict[str, Any]) -> None:
     """One destination for people: every field, the type's config with secrets masked."""
     for key in ("id", "name", "type", "status", "events", "created_at", "updated_at"):

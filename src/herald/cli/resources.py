@@ -19,6 +19,7 @@ from herald.cli.output import (
     dest_rows,
     print_delivery,
     print_destination,
+    print_health,
     print_json,
     print_verification,
     short_ts,
@@ -26,7 +27,14 @@ from herald.cli.output import (
 )
 from herald.config import Settings
 from herald.model import DeliveryStatus, Destination, DestinationStatus
-from herald.views import delivery_view, destination_view, event_view, list_view
+from herald.views import (
+    delivery_view,
+    destination_view,
+    event_view,
+    health_view,
+    list_view,
+    rate_text,
+)
 
 
 async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
@@ -124,6 +132,8 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
         v = view(dest)
         if action == "show":
             print_destination(v)
+            health = (await svc.health([dest])).get(dest.id)
+            print_health(health_view(health), rate_text(health))
             print_verification(v)
             return EXIT_OK
         dest_rows([v])
