@@ -222,7 +222,7 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         own = s.metrics.listen is not None
         ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
-        v2.setup(
+        api = v2.setup(
             app,
             parts.comp.service,
             settings=s,
@@ -230,7 +230,9 @@ class Daemon:
             wake=parts.changed,
             metrics=self.metrics,
         )
-        console.setup(app, parts.comp.service, settings=s, wake=parts.changed)
+        # One budget per tenant: the portal's pages count against the tenant's API limit.
+        limiters = (api.limiter, api.anonymous)
+        console.setup(app, parts.comp.service, settings=s, wake=parts.changed, limiters=limiters)
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]
         if own:

@@ -86,7 +86,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
     fourth, _ = await sessions.sign_in(op) or ("", "")
     live = await sessions.resolve(fourth)
     assert live is not None
-    await sessions.sign_out(live)
+    await sessions.sign_out(live.session_hash)
     assert await store.get_console_session(hash_api_key(fourth)) is None
     # Revoking the operator key ends its live sessions.
     sessions.lifetime = 3600.0

@@ -137,5 +137,5 @@ class Sessions:
             await self.store.touch_console_session(id_hash, now=now)
         return Operator(key_id(found.key_hash), csrf_for(session_id), id_hash)
 
-    async def sign_out(self, operator: Operator) -> None:
-        await self.store.delete_console_session(operator.session_hash)
+    async def sign_out(self, session_hash: str) -> None:
+        await self.store.delete_console_session(session_hash)
