@@ -169,7 +169,9 @@ class Daemon:
             catalog=comp.catalog,
             on_change=lambda: parts.changed(),
         )
-        parts = _Parts(comp, dispatcher, relay, pool, Replayer(comp.service))
+        # The console's replays run in the background at the API's pace.
+        rate = s.delivery.replay_rate_per_second or None
+        parts = _Parts(comp, dispatcher, relay, pool, Replayer(comp.service, rate_per_second=rate))
         return parts
 
     def _recorded(self, recorded: Recorded, relay: Relay) -> None:
@@ -232,7 +234,14 @@ class Daemon:
         )
         # One budget per tenant: the portal's pages count against the tenant's API limit.
         limiters = (api.limiter, api.anonymous)
-        console.setup(app, parts.comp.service, settings=s, wake=parts.changed, limiters=limiters)
+        console.setup(
+            app,
+            parts.comp.service,
+            settings=s,
+            wake=parts.changed,
+            limiters=limiters,
+            replayer=parts.replayer,
+        )
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]
         if own:

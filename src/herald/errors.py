@@ -172,6 +172,7 @@ _RESOLUTION_BY_CODE = {
     "delivery_not_found": "Check the id; deliveries of other tenants are not visible.",
     "delivery_not_retryable": "Only event deliveries can be retried; re-verify a destination.",
     "replay_not_found": "Check the id; replays of other tenants are not visible.",
+    "stopping": "Herald is stopping; retry once it has started again.",
     "not_found": "Check the id; objects of other tenants are not visible.",
     # Portal session tokens.
     "token_invalid": "Ask your server for a new portal token (POST /v2/token).",

@@ -29,8 +29,13 @@ most 500 deliveries) before cancelling it."""
 class Replayer:
     """The daemon's background replays: started, tracked, ended at stop."""
 
-    def __init__(self, service: DestinationService) -> None:
+    def __init__(
+        self, service: DestinationService, *, rate_per_second: float | None = None
+    ) -> None:
         self._service = service
+        self._rate = rate_per_second
+        """``delivery.replay_rate_per_second``: re-queued deliveries become due at this
+        pace, as for the API's and the CLI's replays."""
         self._stop = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -53,7 +58,7 @@ class Replayer:
 
     async def _run(self, record: Replay, flt: DeliveryFilter) -> None:
         try:
-            await self._service.run_replay(record, flt, stop=self._stop)
+            await self._service.run_replay(record, flt, stop=self._stop, rate_per_second=self._rate)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

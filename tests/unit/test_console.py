@@ -69,7 +69,18 @@ def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
         "events": ["order.*", "invoice.paid", "refund.*"],
         "webhook": {"url": "https://example.com/hook"},  # empty fields are not sent
     }
-    assert forms.edit_body({"name": "n", "events": "a.b"}) == {"name": "n", "events": ["a.b"]}
+    assert forms.edit_body({"name": "n", "events": "a.b"}, "webhook") == {
+        "name": "n",
+        "events": ["a.b"],
+    }
+    # The config as edited: a masked credential goes back as shown (the service keeps
+    # it), an emptied field is removed.
+    edited = {"name": "n", "events": "a.b", "config.url": "https://x.test/", "config.secret": "*"}
+    assert forms.edit_body({**edited, "config.custom_headers": ""}, "webhook")["webhook"] == {
+        "url": "https://x.test/",
+        "secret": "*",
+        "custom_headers": None,
+    }
     fields = {f.name: f for f in forms.config_fields(registry, "webhook")}
     assert fields["url"].required
     assert fields["secret"].sensitive

@@ -141,6 +141,10 @@ class Replay(_Strict):
     by: str = Field(description="who asked: api:<tenant>, cli:<user>, console:<key id>")
     created_at: str
     finished_at: str | None = Field(description="null while it runs, or if interrupted")
+    cut_short: bool = Field(
+        description="the daemon stopped it before it had re-queued every match"
+        " (finished_at is then when it stopped, requeued how far it got)"
+    )
     matched: int
     requeued: int
     outcome: ReplayOutcome
@@ -171,6 +175,7 @@ class ReplayResult(_Strict):
     by: str | None = None
     created_at: str | None = None
     finished_at: str | None = None
+    cut_short: bool | None = None
     outcome: ReplayOutcome | None = None
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from herald.model import HourCount
+
 WIDTH = 600
 HEIGHT = 120
 OUTCOMES = ("success", "failure")
@@ -67,8 +69,7 @@ def bar_chart(
                 continue
             height = HEIGHT * count / peak
             base -= height
-            minutes = (last - bucket) * bucket_seconds // 60
-            when = "this bucket" if minutes == 0 else f"{minutes} min ago"
+            when = _ago((last - bucket) * bucket_seconds)
             bars.append(
                 Bar(
                     x=round(x + slot * 0.1, 2),
@@ -80,3 +81,19 @@ def bar_chart(
                 )
             )
     return Chart(WIDTH, HEIGHT, bars, totals, peak, label)
+
+
+def _ago(seconds: int) -> str:
+    if seconds == 0:
+        return "this bucket"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 60} min ago"
+
+
+def hourly_chart(hours: list[HourCount], *, now: float, label: str) -> Chart:
+    """A destination's attempts per hour over the last 24 hours (the recorder's
+    counters), success stacked under failure."""
+    counts = [("success", h.hour, h.successes) for h in hours]
+    counts += [("failure", h.hour, h.failures) for h in hours]
+    return bar_chart(counts, now=now, bucket_seconds=3600, buckets=24, label=label)

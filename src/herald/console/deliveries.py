@@ -6,7 +6,6 @@ Every lookup is within the request's scope: another tenant's id is a 404."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -15,11 +14,11 @@ import orjson
 from aiohttp import web
 
 from herald.console import charts, forms
+from herald.console.filters import RANGES, delivery_filter, query_of
 from herald.console.pages import (
     PAGE_SIZE,
     Pages,
     base,
-    choice,
     path_segment,
     pretty,
     redirect,
@@ -27,14 +26,13 @@ from herald.console.pages import (
     with_notice,
 )
 from herald.errors import HeraldError, NotFound
-from herald.model import DeliveryFilter, DeliveryStatus
-from herald.timeutil import format_epoch, parse_timestamp
+from herald.model import DeliveryStatus
+from herald.timeutil import format_epoch
 from herald.views import delivery_view
 
 REJECTED_PAGE = 50
 REJECTED_DATA_CHARS = 2000
 """A rejected row's data is shown up to this many characters (a row may hold 1 MB)."""
-RANGES = {"15m": 900, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 
 
 def success_rate(totals: Mapping[str, int]) -> str:
@@ -64,44 +62,13 @@ class DeliveryPages(Pages):
         )
 
     async def list(self, request: web.Request) -> web.StreamResponse:
-        q = request.query
-        filters = {
-            k: q.get(k, "").strip()
-            for k in ("status", "destination", "event_type", "tenant", "range", "since", "until")
-        }
-        errors: dict[str, str] = {}
-        status = choice(DeliveryStatus, filters, errors, "Choose pending, success or failure.")
-        since = until = None
-        if filters["range"]:
-            if filters["range"] not in RANGES:
-                errors["range"] = "Choose one of the listed ranges."
-            else:
-                since = time.time() - RANGES[filters["range"]]
-        for name in ("since", "until"):
-            if filters[name]:
-                try:
-                    instant = parse_timestamp(filters[name]).epoch
-                except ValueError as exc:
-                    errors[name] = str(exc)
-                    continue
-                if name == "since":
-                    since = instant if since is None else max(since, instant)
-                else:
-                    until = instant
+        filters, errors, flt = delivery_filter(request.query, self.scope(request))
         items: list[dict[str, Any]] = []
         more = False
-        if not errors:
-            flt = DeliveryFilter(
-                tenant_id=self.scope(request).tenant(filters["tenant"]),
-                destination_id=filters["destination"] or None,
-                status=status,
-                event_types=(filters["event_type"],) if filters["event_type"] else (),
-                since=since,
-                until=until,
-            )
+        if flt is not None:
             try:
                 found, more = await self.service.list_deliveries(
-                    flt, before_id=q.get("cursor") or None, limit=PAGE_SIZE
+                    flt, before_id=request.query.get("cursor") or None, limit=PAGE_SIZE
                 )
             except HeraldError as exc:
                 errors[forms.form_field_of(exc.field, "") or "event_type"] = exc.message
@@ -116,6 +83,8 @@ class DeliveryPages(Pages):
             more,
             statuses=[s.value for s in DeliveryStatus],
             ranges=list(RANGES),
+            # The same filters, to replay what they match (a dry run first).
+            replay_url=f"{base(request)}/replays/new?{query_of(filters)}",
         )
 
     async def show(self, request: web.Request) -> web.StreamResponse:

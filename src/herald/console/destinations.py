@@ -6,19 +6,20 @@ for another tenant's id gets the same 404 as for an id that does not exist."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-from herald.console import forms
+from herald.console import charts, forms
 from herald.console.pages import PAGE_SIZE, Pages, base, choice, redirect, render, with_notice
 from herald.console.scope import FORM
 from herald.console.session import CSRF_FIELD
 from herald.errors import HeraldError
-from herald.model import DeliveryFilter, Destination, DestinationStatus
+from herald.model import DeliveryFilter, Destination, DestinationHealth, DestinationStatus
 from herald.service import update_fields
-from herald.views import delivery_view, destination_view
+from herald.views import delivery_view, destination_view, health_view, rate_text
 
 
 class DestinationPages(Pages):
@@ -44,7 +45,8 @@ class DestinationPages(Pages):
             except HeraldError as exc:
                 errors["type"] = exc.message
                 found = []
-            items = [self._view(d) for d in found]
+            health = await self.service.health(found)
+            items = [{**self._view(d), **self._health(health.get(d.id))} for d in found]
         return self.list_page(
             request,
             "destinations",
@@ -61,6 +63,11 @@ class DestinationPages(Pages):
         view = destination_view(dest, self.registry)
         return {**view, "tenant_id": dest.tenant_id, "config": view[dest.type]}
 
+    @staticmethod
+    def _health(health: DestinationHealth | None) -> dict[str, Any]:
+        """How it has been answering (the recorder's counters), as the pages show it."""
+        return {"health": health_view(health), "failure_rate": rate_text(health)}
+
     async def _get(self, request: web.Request) -> Destination:
         """The destination the path names, within the request's scope."""
         return await self.service.get(self.scope(request).tenant_id, request.match_info["id"])
@@ -72,8 +79,13 @@ class DestinationPages(Pages):
         recent, _ = await self.service.list_deliveries(
             DeliveryFilter(tenant_id=dest.tenant_id, destination_id=dest.id), limit=10
         )
+        now = time.time()
+        health = (await self.service.health([dest], now=now)).get(dest.id)
+        hours = await self.service.hourly(dest, now=now)
         context: dict[str, Any] = {
-            "dest": self._view(dest),
+            "dest": {**self._view(dest), **self._health(health)},
+            "chart": charts.hourly_chart(hours, now=now, label="per hour, last 24 hours"),
+            "fields": forms.config_fields(self.registry, dest.type),
             "recent": [delivery_view(d) for d in recent],
             "errors": {},
             "form": None,
@@ -153,7 +165,7 @@ class DestinationPages(Pages):
         dest = await self._get(request)
         form = request[FORM]
         try:
-            await self.service.update(dest.tenant_id, dest.id, forms.edit_body(form))
+            await self.service.update(dest.tenant_id, dest.id, forms.edit_body(form, dest.type))
         except HeraldError as exc:
             field = forms.form_field_of(exc.field, dest.type)
             return await self._page(
@@ -164,7 +176,9 @@ class DestinationPages(Pages):
                 error=None if field else exc.message,
                 form=form,
             )
-        self._audit(request, "destination_updated", dest)
+        self._audit(
+            request, "destination_updated", dest, **update_fields(forms.edit_body(form, dest.type))
+        )
         return self._done(request, dest, "saved")
 
     async def delete_page(self, request: web.Request) -> web.StreamResponse:

@@ -71,9 +71,22 @@ def create_body(form: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def edit_body(form: Mapping[str, str]) -> dict[str, Any]:
-    """An update body from the edit form: its name and events."""
-    return {"name": form.get("name", ""), "events": split_events(form.get("events", ""))}
+def edit_body(form: Mapping[str, str], type_name: str) -> dict[str, Any]:
+    """An update body from the edit form: its name, events and the type's config. A
+    credential comes back as shown (masked), which the service reads as "unchanged";
+    a field emptied is removed (the service says if it is required)."""
+    body: dict[str, Any] = {
+        "name": form.get("name", ""),
+        "events": split_events(form.get("events", "")),
+    }
+    config = {
+        key.removeprefix(CONFIG_PREFIX): value if value != "" else None
+        for key, value in form.items()
+        if key.startswith(CONFIG_PREFIX)
+    }
+    if config:
+        body[type_name] = config
+    return body
 
 
 def form_field_of(error_field: str | None, type_name: str) -> str | None:

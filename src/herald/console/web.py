@@ -6,8 +6,9 @@ face is registered here, in ``_routes``. The pieces:
 - ``guard.py``: the middleware (headers, CSRF, the session through the face's door,
   rate limits, error pages, the access line);
 - ``signin.py``: the console's door (operator keys);
-- ``pages.py``: what every handler shares; ``destinations.py`` and ``deliveries.py``
-  the pages themselves, which call the same service layer as the API and the CLI.
+- ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``
+  and ``replays.py`` the pages themselves, which call the same service layer as the
+  API and the CLI (``filters.py`` reads the deliveries' filter for the last two).
 
 Every change writes one audit line naming who asked (``by=console:<key id>``).
 """
@@ -28,9 +29,11 @@ from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
 from herald.console.guard import Door, Guard
 from herald.console.pages import path_segment, redirect
+from herald.console.replays import ReplayPages
 from herald.console.scope import FACE, Face
 from herald.console.session import SESSION_COOKIE
 from herald.console.signin import OperatorDoor
+from herald.replayer import Replayer
 from herald.service import DestinationService
 
 CONSOLE = Face(name="console", prefix="/console", every_tenant=True, cookie=SESSION_COOKIE)
@@ -48,6 +51,7 @@ class Console:
         settings: Settings,
         wake: Callable[[], None] = lambda: None,
         limiters: Limiters | None = None,
+        replayer: Replayer | None = None,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -61,6 +65,8 @@ class Console:
         self.operators = OperatorDoor(store, settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
+        # The daemon's, which it stops; without a daemon (tests), one of its own.
+        self.replays = ReplayPages(service, wake=wake, replayer=replayer or Replayer(service))
 
     def application(self, face: Face, door: Door) -> web.Application:
         """The sub-application of one face."""
@@ -97,6 +103,10 @@ class Console:
         r.add_get("/deliveries", dlv.list)
         r.add_get("/deliveries/{id}", dlv.show)
         r.add_post("/deliveries/{id}/retry", dlv.retry)
+        r.add_get("/replays", self.replays.list)
+        r.add_post("/replays", self.replays.start)
+        r.add_get("/replays/new", self.replays.preview)
+        r.add_get("/replays/{id}", self.replays.show)
         r.add_get("/destinations", dest.list)
         r.add_post("/destinations", dest.create)
         r.add_get("/destinations/new", dest.new)
@@ -131,10 +141,11 @@ def setup(
     settings: Settings,
     wake: Callable[[], None] = lambda: None,
     limiters: Limiters | None = None,
+    replayer: Replayer | None = None,
 ) -> Console | None:
     """Mount the console under ``/console/`` (unless ``console.enabled`` is false)."""
     if not settings.console.enabled:
         return None
-    console = Console(service, settings=settings, wake=wake, limiters=limiters)
+    console = Console(service, settings=settings, wake=wake, limiters=limiters, replayer=replayer)
     _mount(app, console.application(CONSOLE, console.operators), CONSOLE.prefix)
     return console
