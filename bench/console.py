@@ -4,7 +4,8 @@ For each backend (SQLite, then PostgreSQL) a fresh database gets Herald's
 migrations and the data set of ``bench/query_plans.py`` (``--rows`` deliveries
 over 32 days to 500 busy destinations of 20 tenants, 95 % finished, a retry
 backlog in the newest quarter), then 1,000 destination rows (the 500 with
-deliveries and 500 idle ones) and an operator key. The console is served
+deliveries and 500 idle ones), their counters (24 full hours each), 50 replays
+and an operator key. The console is served
 in-process on a free port (the same ``herald.console.web.setup`` as ``herald
 run``, without the engine: nothing else competes for the database), an HTTP
 client signs in as a browser does and fetches each page ``--repeat`` times.
@@ -46,7 +47,7 @@ def _settings(url: str) -> Any:
     return settings.model_copy(update={"api": api})
 
 
-def pages(shape: Shape, event_id: str) -> list[tuple[str, str]]:
+def pages(shape: Shape, event_id: str, replay_id: str) -> list[tuple[str, str]]:
     busiest, tenant = Shape.destination(0), Shape.tenant_of(0)
     middle = Shape.delivery_id(shape.rows // 2)
     return [
@@ -63,6 +64,13 @@ def pages(shape: Shape, event_id: str) -> list[tuple[str, str]]:
         ("destination", f"/console/destinations/{busiest}"),
         ("event", f"/console/events/{event_id}"),
         ("rejected rows", "/console/outbox/rejected"),
+        ("replays", "/console/replays"),
+        ("replay", f"/console/replays/{replay_id}"),
+        (
+            "replay dry run, failed of a destination",
+            f"/console/replays/new?status=failure&destination={busiest}",
+        ),
+        ("replay dry run, failed in 24 h", "/console/replays/new?status=failure&range=24h"),
     ]
 
 
@@ -111,6 +119,7 @@ async def _measure(settings: Any, shape: Shape, key: str, repeat: int) -> dict[s
 
     async with components(settings) as comp:
         event = await _any_event(comp)
+        replay = await _counters_and_replays(comp)
         app = web.Application()
         console.setup(app, comp.service, settings=settings)
         runner = web.AppRunner(app, access_log=None)
@@ -130,7 +139,7 @@ async def _measure(settings: Any, shape: Shape, key: str, repeat: int) -> dict[s
                 ) as resp:
                     assert resp.status == 303, resp.status
                 out: dict[str, Any] = {}
-                for name, path in pages(shape, event):
+                for name, path in pages(shape, event, replay):
                     seconds = []
                     for _ in range(repeat):
                         t0 = time.perf_counter()
@@ -149,6 +158,34 @@ async def _measure(settings: Any, shape: Shape, key: str, repeat: int) -> dict[s
                 return out
         finally:
             await runner.cleanup()
+
+
+async def _counters_and_replays(comp: Any) -> str:
+    """Every destination's counters full (24 hours of attempts, as a busy one has them)
+    and 50 replays (each of one destination's failed deliveries, as the console makes
+    them); returns the id of the largest."""
+    from herald.model import DeliveryFilter, DeliveryStatus
+    from herald.store.counters import HOUR, RATE_HOURS
+
+    now = time.time()
+    hour = int(now // HOUR)
+    dialect = comp.store.dialect
+    async with dialect.tx() as c:
+        ids = [Shape.destination(k) for k in range(DESTINATIONS)]
+        await dialect.executemany(c, "count_last", [(d, now - 5, now - 60) for d in ids])
+        await dialect.executemany(
+            c,
+            "count_hour",
+            [(d, hour - h, 900 + h, 17 * (h % 3)) for d in ids for h in range(RATE_HOURS)],
+        )
+    largest = ("", -1)
+    # Not the busiest destination's: its failed deliveries stay for the pages of them.
+    for k in range(1, 51):
+        flt = DeliveryFilter(destination_id=Shape.destination(k), status=DeliveryStatus.FAILURE)
+        result = await comp.service.replay(flt, by="bench")
+        if result.replay is not None and result.requeued > largest[1]:
+            largest = (result.replay.id, result.requeued)
+    return largest[0]
 
 
 async def _any_event(comp: Any) -> str:

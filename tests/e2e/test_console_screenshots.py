@@ -120,8 +120,27 @@ def test_every_page_renders_with_data(
             expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
             suffix = "-dark" if scheme == "dark" else ""
             _shoot(page, out_dir / f"{name}{suffix}.png")
+        if scheme == "light":
+            _replay_shots(h, page, ids, out_dir)
     finally:
         ctx.close()
+
+
+def _replay_shots(h: Herald, page: Page, ids: dict[str, str], out_dir: Path) -> None:
+    """The replay pages: the dry run of the flaky destination's failures, then the
+    replay page (its receiver still down, so it shows them pending again) and the list.
+    Last, as the replay re-queues the failed deliveries the other pages show."""
+    dry_run = f"/console/replays/new?status=failure&destination={ids['billing']}"
+    page.goto(dry_run)
+    expect(page.locator("#replay-matched")).to_contain_text("match")
+    _shoot(page, out_dir / "replay-new.png")
+    page.get_by_role("button", name="Replay").click()
+    expect(page.locator("#replay-state")).to_be_visible()
+    expect(page.locator("#replay-progress")).to_contain_text("(100 %)")
+    _shoot(page, out_dir / "replay.png")
+    page.goto("/console/replays")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Replays")
+    _shoot(page, out_dir / "replays.png")
 
 
 def _shoot(page: Page, path: Path) -> None:
