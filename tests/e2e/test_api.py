@@ -263,10 +263,18 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
         "status": "active",
         "verification": verified,
         "updated_at": got["updated_at"],
+        "health": got["health"],
     }
+    # A read says how it has been answering: the verification ping succeeded.
+    assert got["health"]["last_success_at"] is not None
+    assert got["health"]["last_failure_at"] is None
+    assert (got["health"]["attempts_24h"], got["health"]["failed_24h"]) == (1, 0)
+    assert got["health"]["failure_rate"] == 0.0
+    assert "health" not in dest  # a write answers without it
     status, _, listed = await api.get(DESTS)
     assert status == 200
     assert [d["id"] for d in listed["data"]] == [dest_id]
+    assert listed["data"][0]["health"] == got["health"]
 
     status, _, patched = await api.patch(path, json={"name": "renamed", "events": ["task_run.*"]})
     assert status == 200, patched

@@ -105,6 +105,17 @@ class Verification(_Strict):
     reverify: str | None = Field(description="the request that sends a new verification ping")
 
 
+class DestinationHealth(_Strict):
+    """How a destination has been answering (``herald.views.health_view``), from the
+    counters kept as attempts are recorded; on reads of destinations only."""
+
+    last_success_at: str | None = Field(description="the start of its last successful attempt")
+    last_failure_at: str | None = Field(description="the start of its last failed attempt")
+    attempts_24h: int = Field(description="attempts in the last 24 hours (this hour and 23)")
+    failed_24h: int = Field(description="of them, those that failed")
+    failure_rate: float | None = Field(description="failed_24h / attempts_24h; null without any")
+
+
 class DeliveryList(_Strict):
     object: Literal["list"]
     data: list[Delivery]
@@ -304,6 +315,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         events=(list[str], ...),
         status=(Literal["pending_verification", "active", "inactive"], ...),
         verification=(Verification, ...),
+        health=(DestinationHealth | None, None),
         created_at=(str, ...),
         updated_at=(str, ...),
         deleted=(bool | None, None),

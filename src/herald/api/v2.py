@@ -65,6 +65,7 @@ from herald.views import (
     delivery_view,
     destination_view,
     event_view,
+    health_view,
     list_view,
     replay_result_view,
     replay_view,
@@ -512,9 +513,10 @@ class Api:
         items, more = await self.service.list_destinations(
             request[TENANT], status=status, type=type_, before_id=before, limit=limit
         )
+        health = await self.service.health(items)
         return self._page(
             request,
-            [self._dest(d) for d in items],
+            [{**self._dest(d), "health": health_view(health.get(d.id))} for d in items],
             more,
             endpoint="destinations",
             filters=filters,
@@ -524,7 +526,9 @@ class Api:
     async def get_destination(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())
         dest = await self.service.get(request[TENANT], request.match_info["id"])
-        return self._respond(self.models.destination, self._dest(dest))
+        health = (await self.service.health([dest])).get(dest.id)
+        view = {**self._dest(dest), "health": health_view(health)}
+        return self._respond(self.models.destination, view)
 
     async def update_destination(self, request: web.Request) -> web.StreamResponse:
         model = await json_body(

@@ -126,14 +126,16 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_OK if delivery.status is DeliveryStatus.SUCCESS else EXIT_FAILED
         else:  # pragma: no cover - argparse restricts the choices
             raise UsageError(f"unknown action {action}")
-        if args.json:
-            print_json(view(dest))
-            return EXIT_OK
         v = view(dest)
+        health = (await svc.health([dest])).get(dest.id) if action == "show" else None
+        if action == "show":
+            v["health"] = health_view(health)  # as the API's GET shows it
+        if args.json:
+            print_json(v)
+            return EXIT_OK
         if action == "show":
             print_destination(v)
-            health = (await svc.health([dest])).get(dest.id)
-            print_health(health_view(health), rate_text(health))
+            print_health(v["health"], rate_text(health))
             print_verification(v)
             return EXIT_OK
         dest_rows([v])
