@@ -44,6 +44,7 @@ from herald.api.request import (
 )
 from herald.api.server import read_body
 from herald.apikeys import API_KEY_PREFIX, hash_api_key
+from herald.audit import audit, update_fields
 from herald.config import Settings
 from herald.errors import (
     BadRequest,
@@ -58,7 +59,7 @@ from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.metrics import Metrics
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import DestinationService, audit, update_fields
+from herald.service import DestinationService
 from herald.timeutil import format_epoch
 from herald.tokens import IssuedToken, Tokens
 from herald.views import (
@@ -625,7 +626,7 @@ class Api:
         )
         # The same rate as `herald replay`: an API replay must not flood a recovering
         # endpoint either. Keys carry no id of their own, so the tenant names the caller.
-        result = await self.service.replay(
+        result = await self.service.replays.run(
             flt,
             by=f"api:{request[TENANT]}",
             dry_run=body.dry_run,
@@ -637,7 +638,7 @@ class Api:
 
     async def get_replay(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())
-        replay = await self.service.get_replay(request[TENANT], request.match_info["id"])
+        replay = await self.service.replays.get(request[TENANT], request.match_info["id"])
         view = {**replay_view(replay), "request_id": request[REQUEST_ID]}
         return self._respond(schemas.Replay, view)
 
@@ -648,7 +649,7 @@ class Api:
         before = None
         if "cursor" in query:
             before = self.cursors.decode(query["cursor"], endpoint="replays", filters=filters)
-        items, more = await self.service.list_replays(
+        items, more = await self.service.replays.page(
             request[TENANT], before_id=before, limit=limit
         )
         return self._page(
