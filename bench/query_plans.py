@@ -555,7 +555,7 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
     """Make each call of :data:`QUERIES` through Herald's own code; the statement each
     sent on ``herald_deliveries``. The claims lease 2 × ``claim_batch_size`` due
     deliveries and the purge deletes a batch, as they would in production."""
-    from herald.api.v2 import DEFAULT_LIMIT
+    from herald.api.request import DEFAULT_LIMIT
     from herald.model import DeliveryFilter, DeliveryStatus
 
     store, service, settings = comp.store, comp.service, comp.settings
