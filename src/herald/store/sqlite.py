@@ -24,11 +24,11 @@ from herald.crypto import SecretBox
 from herald.errors import StorageError
 from herald.model import OutboxRow
 from herald.signals import DEFAULT_FAILING_AFTER
-from herald.store.base import load_migrations
+from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.fswatch import FileWatch
 from herald.store.queries import load_queries
-from herald.store.sqlstore import SQLStore, check_migrations
+from herald.store.sqlstore import SQLStore
 from herald.timeutil import parse_timestamp
 
 # The commit check of an idle daemon (SQLiteDialect.watch_outbox): after a second
