@@ -182,7 +182,7 @@ async def _counters_and_replays(comp: Any) -> str:
     # Not the busiest destination's: its failed deliveries stay for the pages of them.
     for k in range(1, 51):
         flt = DeliveryFilter(destination_id=Shape.destination(k), status=DeliveryStatus.FAILURE)
-        result = await comp.service.replay(flt, by="bench")
+        result = await comp.service.replays.run(flt, by="bench")
         if result.replay is not None and result.requeued > largest[1]:
             largest = (result.replay.id, result.requeued)
     return largest[0]

@@ -171,7 +171,9 @@ class Daemon:
         )
         # The console's replays run in the background at the API's pace.
         rate = s.delivery.replay_rate_per_second or None
-        parts = _Parts(comp, dispatcher, relay, pool, Replayer(comp.service, rate_per_second=rate))
+        parts = _Parts(
+            comp, dispatcher, relay, pool, Replayer(comp.service.replays, rate_per_second=rate)
+        )
         return parts
 
     def _recorded(self, recorded: Recorded, relay: Relay) -> None:
@@ -224,14 +226,14 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         own = s.metrics.listen is not None
         ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
-        api = v2.setup(
-            app,
+        api = v2.Api(
             parts.comp.service,
             settings=s,
             cursor_key=self.key,
             wake=parts.changed,
             metrics=self.metrics,
         )
+        api.setup(app)
         # One budget per tenant: the portal's pages count against the tenant's API limit.
         limiters = (api.limiter, api.anonymous)
         console.setup(

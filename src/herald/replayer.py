@@ -6,7 +6,7 @@ is re-queued; the re-queue runs as a named task this object tracks. :meth:`stop`
 (the daemon stopping) asks every running one to end between two batches, and each
 is stored ``cut_short`` with ``finished_at`` and how far it got; one that does not
 end within :data:`STOP_GRACE_SECONDS` is cancelled. The CLI and the API replay in
-the request (:meth:`~herald.service.DestinationService.replay`).
+the request (:meth:`~herald.replays.Replays.run`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import structlog
 
 from herald.errors import Conflict
 from herald.model import DeliveryFilter, Replay
-from herald.service import DestinationService
+from herald.replays import Replays
 
 log = structlog.get_logger("herald.replay")
 
@@ -29,10 +29,8 @@ most 500 deliveries) before cancelling it."""
 class Replayer:
     """The daemon's background replays: started, tracked, ended at stop."""
 
-    def __init__(
-        self, service: DestinationService, *, rate_per_second: float | None = None
-    ) -> None:
-        self._service = service
+    def __init__(self, replays: Replays, *, rate_per_second: float | None = None) -> None:
+        self._replays = replays
         self._rate = rate_per_second
         """``delivery.replay_rate_per_second``: re-queued deliveries become due at this
         pace, as for the API's and the CLI's replays."""
@@ -50,7 +48,7 @@ class Replayer:
         and Conflict once the daemon is stopping."""
         if self._stop.is_set():
             raise Conflict("Herald is stopping; replay again after it starts", code="stopping")
-        record, matching = await self._service.start_replay(flt, by=by)
+        record, matching = await self._replays.start(flt, by=by)
         task = asyncio.create_task(self._run(record, matching), name=f"herald-replay-{record.id}")
         self._tasks[record.id] = task
         task.add_done_callback(lambda _: self._tasks.pop(record.id, None))
@@ -58,7 +56,7 @@ class Replayer:
 
     async def _run(self, record: Replay, flt: DeliveryFilter) -> None:
         try:
-            await self._service.run_replay(record, flt, stop=self._stop, rate_per_second=self._rate)
+            await self._replays.execute(record, flt, stop=self._stop, rate_per_second=self._rate)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -31,17 +31,17 @@ async def failed_deliveries(h: Harness, count: int) -> str:
 async def test_a_started_replay_answers_at_once_and_runs_to_its_end(harness: Harness) -> None:
     h = harness
     dest_id = await failed_deliveries(h, 1200)
-    replayer = Replayer(h.service)
+    replayer = Replayer(h.service.replays)
     flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
     started = await replayer.start(flt, by="console:test")
     assert (started.matched, started.requeued, started.finished_at) == (1200, 0, None)
     assert replayer.running == [started.id]
 
     async def finished() -> bool:
-        return (await h.service.get_replay(None, started.id)).finished_at is not None
+        return (await h.service.replays.get(None, started.id)).finished_at is not None
 
     await eventually(finished, timeout=20, what="the replay finished")
-    done = await h.service.get_replay("default", started.id)
+    done = await h.service.replays.get("default", started.id)
     assert (done.requeued, done.cut_short, done.outcome.pending) == (1200, False, 1200)
     assert done.filter == {"status": "failure"}
     assert (
@@ -62,12 +62,12 @@ async def test_a_started_replay_answers_at_once_and_runs_to_its_end(harness: Har
 async def test_a_stop_cuts_a_running_replay_short(harness: Harness) -> None:
     h = harness
     await failed_deliveries(h, 1200)
-    replayer = Replayer(h.service)
+    replayer = Replayer(h.service.replays)
     flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
     started = await replayer.start(flt, by="console:test")
     t0 = time.time()
     await replayer.stop()
-    stopped = await h.service.get_replay(None, started.id)
+    stopped = await h.service.replays.get(None, started.id)
     assert stopped.cut_short
     assert stopped.finished_at is not None
     assert t0 <= stopped.finished_at <= time.time()

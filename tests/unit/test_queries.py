@@ -98,9 +98,24 @@ def test_blocks_parse_into_one_line_statements_without_comments() -> None:
     }
 
 
+def test_a_fragment_is_written_into_the_queries_that_name_it_and_is_no_query() -> None:
+    text = (
+        "-- _cols --\n-- shared select list\na,\n  b\n\n"
+        "-- one --\nSELECT {_cols} FROM t\n\n-- two --\nSELECT {_cols} FROM u WHERE {where}\n"
+    )
+    assert parse_queries(text) == {
+        "one": "SELECT a, b FROM t",
+        "two": "SELECT a, b FROM u WHERE {where}",
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("-- a --\nSELECT 1\n-- a --\nSELECT 2\n", "twice"), ("-- a --\n-- nothing\n", "empty")],
+    [
+        ("-- a --\nSELECT 1\n-- a --\nSELECT 2\n", "twice"),
+        ("-- a --\n-- nothing\n", "empty"),
+        ("-- _f --\nx\n-- a --\nSELECT 1\n", "used by no query"),
+    ],
 )
 def test_a_broken_file_is_refused(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):

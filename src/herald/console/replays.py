@@ -72,7 +72,7 @@ class ReplayPages(Pages):
         # The replay form starts empty but for what a link carried; the list is the
         # scope's replays (an operator's: every tenant's, or the tenant asked for).
         filters = {k: q.get(k, "").strip() for k in FILTER_FIELDS}
-        found, more = await self.service.list_replays(
+        found, more = await self.service.replays.page(
             scope.tenant(filters["tenant"]), before_id=q.get("cursor") or None, limit=PAGE_SIZE
         )
         running = set(self.replayer.running)
@@ -100,7 +100,7 @@ class ReplayPages(Pages):
         sample: list[dict[str, Any]] = []
         if flt is not None:
             try:
-                result = await self.service.replay(
+                result = await self.service.replays.run(
                     flt, dry_run=True, by=self.scope(request).by, sample_size=SAMPLE_SIZE
                 )
             except HeraldError as exc:
@@ -137,7 +137,7 @@ class ReplayPages(Pages):
         return redirect(f"{base(request)}/replays/{replay.id}")
 
     async def show(self, request: web.Request) -> web.StreamResponse:
-        replay = await self.service.get_replay(
+        replay = await self.service.replays.get(
             self.scope(request).tenant_id, request.match_info["id"]
         )
         view = progress_view(replay, running=replay.id in self.replayer.running)

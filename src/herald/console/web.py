@@ -66,7 +66,9 @@ class Console:
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
         # The daemon's, which it stops; without a daemon (tests), one of its own.
-        self.replays = ReplayPages(service, wake=wake, replayer=replayer or Replayer(service))
+        self.replays = ReplayPages(
+            service, wake=wake, replayer=replayer or Replayer(service.replays)
+        )
 
     def application(self, face: Face, door: Door) -> web.Application:
         """The sub-application of one face."""

@@ -1,7 +1,7 @@
 """The store's part that keeps per-destination counters as attempts are recorded:
 when each destination last answered well and badly, and its attempts per hour.
 
-They are written inside :meth:`~herald.store.sqlstore.SQLStore.record_attempts`'
+They are written inside :meth:`~herald.store.engine.EngineStore.record_attempts`'
 transaction, last and in destination order (the lock order), so that concurrent
 recorders add up without losing a count or deadlocking; the console and the CLI
 read them by primary key and never scan ``herald_deliveries``.
@@ -10,12 +10,11 @@ read them by primary key and never scan ``herald_deliveries``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from herald.model import AttemptRecord, DestinationHealth, HourCount, Outcome
 from herald.store.dialect import Conn, Dialect
-
-D = TypeVar("D", bound=Dialect)
+from herald.store.part import StorePart
 
 HOUR = 3600
 RATE_HOURS = 24
@@ -48,17 +47,22 @@ def tally(
     )
 
 
-class CounterStore(Generic[D]):
-    """Per-destination counters: written with the attempts, read by destination."""
+async def count_attempts(d: Dialect, c: Conn, records: Sequence[AttemptRecord]) -> None:
+    """Inside :meth:`~herald.store.engine.EngineStore.record_attempts`' transaction,
+    after every other write."""
+    last, hours = tally(records)
+    if last:
+        await d.executemany(c, "count_last", last)
+        await d.executemany(c, "count_hour", hours)
 
-    dialect: D
 
-    async def _count_attempts(self, c: Conn, records: Sequence[AttemptRecord]) -> None:
-        """Inside :meth:`record_attempts`' transaction, after every other write."""
-        last, hours = tally(records)
-        if last:
-            await self.dialect.executemany(c, "count_last", last)
-            await self.dialect.executemany(c, "count_hour", hours)
+async def purge_hours(d: Dialect, c: Conn, *, before: float, limit: int) -> None:
+    """Inside the purge's transaction: hours that ended before ``before``."""
+    await d.execute(c, "purge_hours", int(before // HOUR), limit)
+
+
+class CounterStore(StorePart):
+    """Per-destination counters, read by destination (written by the functions above)."""
 
     async def destination_health(
         self, ids: Sequence[str], *, now: float
@@ -91,10 +95,6 @@ class CounterStore(Generic[D]):
         first = int(now // HOUR) - (RATE_HOURS - 1)
         rows = await self.dialect.read("destination_hours", dest_id, first)
         return [HourCount(int(r[0]), int(r[1]), int(r[2])) for r in rows]
-
-    async def _purge_hours(self, c: Conn, *, before: float, limit: int) -> None:
-        """Inside the purge's transaction: hours that ended before ``before``."""
-        await self.dialect.execute(c, "purge_hours", int(before // HOUR), limit)
 
 
 def _epoch(value: Any) -> float | None:
