@@ -92,7 +92,7 @@ LOOPS = frozenset({"relay", "claim", "recorder", "renewal", "gauges", "heartbeat
 ``herald_database_up`` at 0 until they succeed again (reads can work while their writes
 fail). A failure of an occasional caller (an API request, ``/readyz``, retention) is
 cleared by the next success of any component: it may never call again."""
-REPLAY_SOURCES = ("cli", "api", "console")
+REPLAY_SOURCES = ("cli", "api", "console", "portal")
 """Who may ask for a replay (the service's ``by``, before its colon); anything else
 counts as ``other``, so the label stays bounded."""
 DATABASE_FAILURE_MEMORY = 30.0
