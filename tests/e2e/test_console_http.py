@@ -169,8 +169,22 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             "/console/events/evt_page",
             "/console/events/evt_page?tenant=acme",
             "/console/outbox/rejected",
+            "/console/replays",
+            "/console/replays?tenant=acme",
+            f"/console/replays/new?tenant=acme&destination={dest_id}&range=24h",
         ]
         assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
+        # A replay started from the form runs in the daemon and gets its page.
+        replay = {"tenant": "acme", "destination": dest_id}
+        assert client.request("/console/replays", replay)[0] == 403  # no CSRF token
+        status, _ = client.request("/console/replays", {**replay, "csrf_token": token.group(1)})
+        assert status == 303
+        [(replay_id,)] = _eventually_one(
+            h, "SELECT id FROM herald_replays WHERE finished_at IS NOT NULL"
+        )
+        status, page = client.request(f"/console/replays/{replay_id}")
+        assert (status, "1</strong> of 1 matched" in page) == (200, True)
+        assert client.request("/console/replays/rpl_nope")[0] == 404
         assert client.request("/console/events/evt_page?tenant=other")[0] == 404
         # An event id with characters that mean something in a URL still finds its page.
         odd = "evt_a/b?c#d e&f"
