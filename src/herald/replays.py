@@ -42,6 +42,8 @@ def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
         out["status"] = flt.status.value
     if flt.event_types:
         out["event_types"] = list(flt.event_types)
+    if flt.replay_id is not None:
+        out["replay_id"] = flt.replay_id
     if flt.since is not None:
         out["since"] = format_epoch(flt.since)
     if flt.until is not None:

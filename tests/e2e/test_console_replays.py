@@ -87,6 +87,10 @@ def test_a_failed_delivery_is_found_replayed_and_followed_to_success(
         expect(page.locator("#replay-state")).to_have_text("done")
         expect(page.locator("#replay-pending")).to_have_text("0")
         assert status_of(herald, event_id, dest) == "success"
+        page.get_by_role("link", name="Its deliveries").click()
+        expect(page.get_by_label("Replay id")).to_have_value(replay_id)
+        expect(page.locator("table.list tbody tr")).to_have_count(1)
+        expect(page.locator("table.list tbody")).to_contain_text("success")
 
         page.get_by_role("link", name="Replays", exact=True).click()
         row = page.locator("table.list tbody tr", has_text=replay_id)

@@ -130,6 +130,7 @@ class ReplayFilter(_Strict):
     destination_id: str | None = None
     status: Literal["success", "failure", "pending"] | None = None
     event_types: list[str] | None = None
+    replay_id: str | None = Field(default=None, description="the deliveries a replay re-queued")
     since: str | None = None
     until: str | None = None
     delivery_ids: list[str] | None = Field(default=None, description="the first 100")

@@ -15,7 +15,16 @@ from herald.console.scope import Scope
 from herald.model import DeliveryFilter, DeliveryStatus
 from herald.timeutil import parse_timestamp
 
-FILTER_FIELDS = ("status", "destination", "event_type", "tenant", "range", "since", "until")
+FILTER_FIELDS = (
+    "status",
+    "destination",
+    "event_type",
+    "replay",
+    "tenant",
+    "range",
+    "since",
+    "until",
+)
 RANGES = {"15m": 900, "1h": 3600, "24h": 86_400, "7d": 7 * 86_400}
 """The "created in the last" choices, in seconds."""
 
@@ -53,6 +62,7 @@ def delivery_filter(
         destination_id=filters["destination"] or None,
         status=status,
         event_types=(filters["event_type"],) if filters["event_type"] else (),
+        replay_id=filters["replay"] or None,
         since=since,
         until=until,
     )
