@@ -47,6 +47,12 @@ class Door(Protocol):
     def signed_out(self, request: web.Request) -> web.Response:
         """Where a request without a session is sent (the sign-in page), cookie cleared."""
 
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        """``/login``: the sign-in page (the console's form; the portal's landing)."""
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        """``POST /logout``: the session ends."""
+
 
 def limited(request: web.Request, decision: Decision, what: str) -> web.Response:
     """The 429 page, with the rate limit's headers."""

@@ -51,7 +51,7 @@ from herald.store.base import (
     TokenRow,
     TokenState,
 )
-from herald.store.dialect import Claim, Conn, Dialect
+from herald.store.dialect import Claim, Conn, Dialect, Row
 from herald.store.rows import (
     attempt_from_row,
     attempt_to_row,
@@ -365,9 +365,10 @@ class SQLStore(Generic[D]):
     async def _set_held(self, c: Conn, dest_id: str, *, held: bool) -> None:
         await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))
 
-    async def next_due_at(self) -> float | None:
-        """Earliest ``next_attempt_at`` of an unheld pending delivery."""
-        value = (await self.dialect.read("next_due_at"))[0][0]
+    async def next_due_at(self, *, tenant_id: str | None = None) -> float | None:
+        """Earliest ``next_attempt_at`` of an unheld pending delivery (of ``tenant_id``'s
+        destinations when given)."""
+        value = (await self._read_for("next_due_at", "tenant_next_due_at", tenant_id))[0][0]
         return None if value is None else float(value)
 
     async def release_leases(self, *, owner: str | None, now: float) -> int:
@@ -377,9 +378,12 @@ class SQLStore(Generic[D]):
                 return await self.dialect.execute(c, "release_all_leases", now)
             return await self.dialect.execute(c, "release_leases", now, owner)
 
-    async def delivery_counts(self, *, now: float) -> dict[str, int]:
-        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held``."""
-        rows = await self.dialect.read("delivery_counts", now, gauges=True)
+    async def delivery_counts(self, *, now: float, tenant_id: str | None = None) -> dict[str, int]:
+        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held`` (of
+        ``tenant_id``'s destinations when given)."""
+        rows = await self._read_for(
+            "delivery_counts", "tenant_delivery_counts", tenant_id, now, gauges=True
+        )
         due, scheduled, held = (int(v) for v in rows[0])
         return {"due": due, "scheduled_retry": scheduled, "held": held}
 
@@ -804,26 +808,39 @@ class SQLStore(Generic[D]):
         async with self.dialect.tx(atomic=False) as c:
             await self.dialect.execute(c, "console_session_delete", id_hash)
 
+    async def _read_for(
+        self, every: str, one: str, tenant_id: str | None, *args: Any, gauges: bool = False
+    ) -> list[Row]:
+        """Query ``every`` (every tenant's rows), or ``one`` for one tenant (its id the
+        last argument)."""
+        if tenant_id is None:
+            return await self.dialect.read(every, *args, gauges=gauges)
+        return await self.dialect.read(one, *args, tenant_id, gauges=gauges)
+
     async def outcome_counts(
-        self, *, since: float, bucket_seconds: int
+        self, *, since: float, bucket_seconds: int, tenant_id: str | None = None
     ) -> list[tuple[str, int, int]]:
         """Finished deliveries since ``since``: (status, bucket number, count) per bucket
         of ``bucket_seconds`` (bucket number × bucket_seconds is the bucket's start)."""
-        rows = await self.dialect.read("console_outcomes", since, float(bucket_seconds))
+        rows = await self._read_for(
+            "console_outcomes", "tenant_outcomes", tenant_id, since, float(bucket_seconds)
+        )
         return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
 
-    async def failing_destinations(self, *, since: float, limit: int) -> list[tuple[str, int]]:
+    async def failing_destinations(
+        self, *, since: float, limit: int, tenant_id: str | None = None
+    ) -> list[tuple[str, int]]:
         """(destination id, failed deliveries since ``since``), the most failing first."""
-        rows = await self.dialect.read("console_failing", since, limit)
+        rows = await self._read_for("console_failing", "tenant_failing", tenant_id, since, limit)
         return [(str(r[0]), int(r[1])) for r in rows]
 
     async def count_rejected(self, *, up_to: int) -> int:
         """Rejected outbox rows, counted up to ``up_to``."""
         return int((await self.dialect.read("console_rejected_count", up_to))[0][0])
 
-    async def in_flight(self) -> int:
+    async def in_flight(self, *, tenant_id: str | None = None) -> int:
         """Deliveries leased right now (being attempted, or about to be)."""
-        return int((await self.dialect.read("console_in_flight"))[0][0])
+        return int((await self._read_for("console_in_flight", "tenant_in_flight", tenant_id))[0][0])
 
     # --- key rotation -----------------------------------------------------
     async def reencrypt_secrets(
