@@ -19,7 +19,6 @@ from tests.support.browser import (
     Receiver,
     active_webhook,
     sign_in,
-    token_for,
     wait_for,
 )
 from tests.support.daemon import Herald
@@ -155,7 +154,7 @@ def test_every_portal_page_renders_with_data(
     )
     try:
         page = ctx.new_page()
-        page.goto(f"/portal/?token={token_for(h, 'default')}")
+        page.goto(f"/portal/?token={h.portal_token('default')}")
         expect(page.get_by_role("heading", level=1)).to_have_text("Overview")
         shots = [
             ("portal-overview", "/portal/", "Overview"),
@@ -169,7 +168,7 @@ def test_every_portal_page_renders_with_data(
             _shoot(page, out_dir / f"{name}.png")
 
         product = ctx.new_page()
-        portal = f"http://127.0.0.1:{h.port}/portal/deliveries?token={token_for(h, 'default')}"
+        portal = f"http://127.0.0.1:{h.port}/portal/deliveries?token={h.portal_token('default')}"
         product.goto(framing.url(portal))
         framed = product.frame_locator("#portal")
         expect(framed.get_by_role("heading", level=1)).to_have_text("Deliveries")

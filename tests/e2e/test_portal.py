@@ -24,7 +24,6 @@ from tests.support.browser import (
     Receiver,
     collect_dialogs,
     refuses_without_csrf,
-    token_for,
     wait_for,
 )
 from tests.support.daemon import Herald
@@ -63,7 +62,7 @@ def receiver() -> Iterator[Receiver]:
 
 def open_portal(page: Page, herald: Herald, tenant: str, path: str = "/portal/") -> str:
     """Open the portal as the tenant's product does; the token used."""
-    token = token_for(herald, tenant)
+    token = herald.portal_token(tenant)
     page.goto(f"{path}?token={token}")
     expect(page).to_have_url(re.compile(re.escape(path) + "$"))
     return token
@@ -209,7 +208,7 @@ def test_a_used_an_expired_and_a_made_up_token_are_refused(
         assert token not in thief.content()
         assert not [c for c in other.cookies() if c["name"] == "herald_portal"]
 
-        stale = token_for(herald, "acme")
+        stale = herald.portal_token("acme")
         herald.query(
             "UPDATE herald_session_tokens SET expires_at = ? WHERE traded_at IS NULL",
             (time.time() - 1,),
@@ -272,7 +271,7 @@ def test_the_portal_loads_in_a_frame_of_an_allowed_origin_only(
     ctx.set_default_timeout(10_000)
     try:
         page = ctx.new_page()
-        portal = f"http://127.0.0.1:{herald.port}/portal/?token={token_for(herald, 'acme')}"
+        portal = f"http://127.0.0.1:{herald.port}/portal/?token={herald.portal_token('acme')}"
         page.goto(parent.url(portal))
         framed = page.frame_locator("#portal")
         expect(framed.get_by_role("heading", name="Overview")).to_be_visible()
@@ -287,7 +286,7 @@ def test_the_portal_loads_in_a_frame_of_an_allowed_origin_only(
 
         other = ctx.new_page()
         other.on("console", on_console)
-        portal = f"http://127.0.0.1:{herald.port}/portal/?token={token_for(herald, 'acme')}"
+        portal = f"http://127.0.0.1:{herald.port}/portal/?token={herald.portal_token('acme')}"
         other.goto(parent.url(portal, host="127.0.0.1"))
         wait_for(lambda: bool(refusals), what="Chromium to refuse the frame")
         expect(other.frame_locator("#portal").get_by_role("heading")).to_have_count(0)

@@ -4,7 +4,6 @@ receiver that can be switched off, and the steps every test takes."""
 from __future__ import annotations
 
 import html
-import json
 import threading
 import time
 import urllib.parse
@@ -127,17 +126,6 @@ class FramingPage(_Served):
 
     def url(self, src: str, *, host: str = "localhost") -> str:
         return f"http://{host}:{self.port}/?{urllib.parse.urlencode({'src': src})}"
-
-
-def token_for(herald: Herald, tenant: str) -> str:
-    """What a tenant's server does to open the portal: ``POST /v2/token`` with its key."""
-    url = f"http://127.0.0.1:{herald.port}/v2/token"
-    ask = urllib.request.Request(url, b"", {"Authorization": f"Bearer {herald.api_key(tenant)}"})
-    with urllib.request.urlopen(ask, timeout=10) as resp:
-        assert resp.status == 201
-        token: str = json.loads(resp.read())["token"]
-    assert token.startswith("tk_")
-    return token
 
 
 def collect_dialogs(page: Page) -> list[str]:
