@@ -114,6 +114,8 @@ def test_the_console_has_the_apis_rate_limits(herald: Herald) -> None:
     forger = Client(herald)
     forger.jar.set_cookie(_cookie("herald_console", "guessed-session-id"))
     assert forger.request("/console/")[0] == 429
+    # So do guessed portal tokens (each refused one counts; this address is past it).
+    assert Client(herald).request("/portal/?token=tk_guessed")[0] == 429
 
 
 def test_the_portal_counts_against_the_tenants_api_limit_and_its_cookie_is_strict(

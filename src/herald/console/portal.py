@@ -21,8 +21,9 @@ from urllib.parse import urlencode
 import structlog
 from aiohttp import web
 
+from herald.api.ratelimit import RateLimiter
 from herald.config import ConsoleSettings
-from herald.console.pages import redirect, render, with_notice
+from herald.console.pages import limited, redirect, render, with_notice
 from herald.console.scope import REQUEST_ID, SCOPE, Face, Scope
 from herald.console.session import clear_cookie, csrf_for, set_cookie
 from herald.tokens import TokenRefused, Tokens
@@ -49,21 +50,28 @@ class PortalDoor:
 
     public = frozenset({f"{PREFIX}/login"})
 
-    def __init__(self, tokens: Tokens, settings: ConsoleSettings) -> None:
+    def __init__(
+        self, tokens: Tokens, settings: ConsoleSettings, *, anonymous: RateLimiter
+    ) -> None:
         self.tokens = tokens
         self.settings = settings
+        self.anonymous = anonymous
         self.cross_site = bool(settings.portal_frame_ancestors)
 
     async def enter(self, request: web.Request) -> web.StreamResponse | None:
         """Trade a ``token`` query parameter for a session, and send the browser back
-        to the same address without it."""
+        to the same address without it. Only a GET spends it (a HEAD from a link
+        checker does not); a refused token counts like a request without a valid key."""
         token = request.query.get(TOKEN_PARAM)
-        if token is None or request.method not in ("GET", "HEAD"):
+        if token is None or request.method != "GET":
             return None
         kept = [(k, v) for k, v in request.query.items() if k != TOKEN_PARAM]
         try:
             portal = await self.tokens.trade(token)
         except TokenRefused as exc:
+            decision = await self.anonymous.hit(request.remote or "unknown")
+            if not decision.allowed:
+                return limited(request, decision, "Too many refused tokens")
             # The page says why (expired, used, revoked) and never shows the token.
             return render(
                 "portal_closed.html", request, {"reason": exc.message, "code": exc.code}, status=401

@@ -64,7 +64,7 @@ class Console:
             settings.api, counter=store.count_request if store.shared else None
         )
         self.operators = OperatorDoor(store, settings.console, anonymous=self.anonymous)
-        self.tenants = PortalDoor(Tokens(store), settings.console)
+        self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
 
