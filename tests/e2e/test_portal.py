@@ -206,6 +206,7 @@ def test_a_used_an_expired_and_a_made_up_token_are_refused(
         assert status(thief, f"/portal/?token={token}") == 401
         expect(thief.get_by_role("alert")).to_contain_text("already exchanged")
         assert token not in thief.content()
+        assert token not in thief.url  # refused, it leaves the address too
         assert not [c for c in other.cookies() if c["name"] == "herald_portal"]
 
         stale = herald.portal_token("acme")

@@ -33,6 +33,14 @@ audit_log = structlog.get_logger("herald.audit")
 PREFIX = "/portal"
 COOKIE = "herald_portal"
 TOKEN_PARAM = "token"
+REFUSALS = {
+    "token_invalid": "the token is not valid",
+    "token_expired": "the token has expired",
+    "token_revoked": "the token was revoked",
+    "token_used": "the token was already exchanged for a portal session",
+}
+"""Why a token did not open the portal (``TokenRefused.code``), as the landing page
+says it: fixed texts, never the URL's words."""
 
 
 def portal_face(settings: ConsoleSettings) -> Face:
@@ -72,10 +80,8 @@ class PortalDoor:
             decision = await self.anonymous.hit(request.remote or "unknown")
             if not decision.allowed:
                 return limited(request, decision, "Too many refused tokens")
-            # The page says why (expired, used, revoked) and never shows the token.
-            return render(
-                "portal_closed.html", request, {"reason": exc.message, "code": exc.code}, status=401
-            )
+            # Away from the token's URL too; the landing page says why.
+            return redirect(f"{PREFIX}/login?{urlencode({'refused': exc.code})}")
         tenant = portal.scope.tenant_id
         audit_log.info(
             "portal_signed_in",
@@ -120,11 +126,13 @@ class PortalDoor:
 
     # --- handlers ---------------------------------------------------------------
     async def login_page(self, request: web.Request) -> web.StreamResponse:
-        """Where a request without a session lands: the portal opens only from the
-        tenant's product, with a new token."""
+        """Where a request without a session lands (401 after a refused token, saying
+        why): the portal opens only from the tenant's product, with a new token."""
         if await self.resolve(request) is not None:
             return redirect(f"{PREFIX}/")
-        return render("portal_closed.html", request, {"reason": None, "code": None})
+        reason = REFUSALS.get(request.query.get("refused", ""))
+        status = 200 if reason is None else 401
+        return render("portal_closed.html", request, {"reason": reason}, status=status)
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         scope = request[SCOPE]
