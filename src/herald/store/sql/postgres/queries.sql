@@ -565,7 +565,7 @@ WHERE status <> 'pending' AND status = 'failure' AND updated_at >= $1 AND destin
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
 
 -- tenant_in_flight --
--- console_in_flight for one tenant ($1): the leased rows are few
+-- console_in_flight for one tenant ($1): the leased rows are few, so from their index
 SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL AND tenant_id = $1
 
 -- tenant_delivery_counts --
