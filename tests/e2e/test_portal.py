@@ -266,8 +266,9 @@ def test_each_request_extends_the_session_never_past_a_day_and_an_expired_one_en
 
 # --- framing ---------------------------------------------------------------------------------
 def test_the_portal_loads_in_a_frame_of_an_allowed_origin_only(
-    herald: Herald, browser: Browser, parent: FramingPage
+    herald: Herald, browser: Browser, parent: FramingPage, receiver: Receiver
 ) -> None:
+    dest = active_webhook(herald, receiver, tenant="acme", name="Acme framed")
     ctx = browser.new_context()
     ctx.set_default_timeout(10_000)
     try:
@@ -277,7 +278,15 @@ def test_the_portal_loads_in_a_frame_of_an_allowed_origin_only(
         framed = page.frame_locator("#portal")
         expect(framed.get_by_role("heading", name="Overview")).to_be_visible()
         framed.get_by_role("link", name="Destinations", exact=True).click()
-        expect(framed.get_by_role("heading", name="Destinations")).to_be_visible()
+        framed.get_by_role("link", name="Acme framed").click()
+        # A POST from inside the cross-site frame: its cookie and CSRF token go along.
+        framed.get_by_role("button", name="Pause").click()
+        expect(framed.locator("#dest-status")).to_have_text("inactive")
+        framed.get_by_role("button", name="Resume").click()
+        expect(framed.locator("#dest-status")).to_have_text("active")
+        assert herald.query(
+            "SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],)
+        ) == [("active",)]
 
         refusals: list[str] = []
 
