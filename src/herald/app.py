@@ -216,14 +216,14 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         own = s.metrics.listen is not None
         ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
-        api = v2.setup(
-            app,
+        api = v2.Api(
             parts.comp.service,
             settings=s,
             cursor_key=self.key,
             wake=parts.changed,
             metrics=self.metrics,
         )
+        api.setup(app)
         # One budget per tenant: the portal's pages count against the tenant's API limit.
         limiters = (api.limiter, api.anonymous)
         console.setup(app, parts.comp.service, settings=s, wake=parts.changed, limiters=limiters)

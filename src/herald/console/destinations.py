@@ -11,13 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
+from herald.audit import update_fields
 from herald.console import forms
 from herald.console.pages import PAGE_SIZE, Pages, base, choice, redirect, render, with_notice
 from herald.console.scope import FORM
 from herald.console.session import CSRF_FIELD
 from herald.errors import HeraldError
 from herald.model import DeliveryFilter, Destination, DestinationStatus
-from herald.service import update_fields
 from herald.views import delivery_view, destination_view
 
 

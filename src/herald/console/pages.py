@@ -14,9 +14,10 @@ import orjson
 from aiohttp import web
 
 from herald.api.ratelimit import Decision
+from herald.audit import audit
 from herald.console.scope import FACE, NONCE, REQUEST_ID, SCOPE, Scope
 from herald.console.session import CSRF_FIELD
-from herald.service import DestinationService, audit
+from herald.service import DestinationService
 
 PAGE_SIZE = 50
 
