@@ -1,4 +1,4 @@
-"""Every console page's latency at 1,000,000 deliveries and 1,000 destinations.
+"""Every console and portal page's latency at 1,000,000 deliveries and 1,000 destinations.
 
 For each backend (SQLite, then PostgreSQL) a fresh database gets Herald's
 migrations and the data set of ``bench/query_plans.py`` (``--rows`` deliveries
@@ -8,7 +8,9 @@ deliveries and 500 idle ones), their counters (24 full hours each), 50 replays
 and an operator key. The console is served
 in-process on a free port (the same ``herald.console.web.setup`` as ``herald
 run``, without the engine: nothing else competes for the database), an HTTP
-client signs in as a browser does and fetches each page ``--repeat`` times.
+client signs in as a browser does and fetches each page ``--repeat`` times; then
+it opens the portal of the busiest destination's tenant with a session token and
+does the same with the portal's pages.
 p50, p95 and max per page go to ``bench/results/console.json``.
 """
 
@@ -74,8 +76,26 @@ def pages(shape: Shape, event_id: str, replay_id: str) -> list[tuple[str, str]]:
     ]
 
 
-async def _destinations(settings: Any) -> str:
-    """1,000 destination rows and an operator key; returns the key."""
+def portal_pages(shape: Shape, delivery_id: str) -> list[tuple[str, str]]:
+    """The portal's pages for the tenant of the busiest destination (``delivery_id`` is
+    one of its deliveries): the overview counts that tenant's destinations only."""
+    busiest = Shape.destination(0)
+    return [
+        ("portal overview", "/portal/"),
+        ("portal deliveries", "/portal/deliveries"),
+        ("portal deliveries failed", "/portal/deliveries?status=failure"),
+        ("portal deliveries of a destination", f"/portal/deliveries?destination={busiest}"),
+        ("portal delivery", f"/portal/deliveries/{delivery_id}"),
+        ("portal destinations", "/portal/destinations"),
+        ("portal destination", f"/portal/destinations/{busiest}"),
+        ("portal replays", "/portal/replays"),
+        ("portal replay dry run, failed", "/portal/replays/new?status=failure"),
+    ]
+
+
+async def _destinations(settings: Any) -> tuple[str, str]:
+    """1,000 destination rows, an operator key and a key of the busiest destination's
+    tenant; returns the operator key and the tenant key's hash."""
     from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
     from herald.model import Destination, DestinationStatus
     from herald.wiring import components
@@ -106,20 +126,57 @@ async def _destinations(settings: Any) -> str:
             now=now,
             kind=OPERATOR_KIND,
         )
-    return key
+        tenant_key = hash_api_key(new_api_key())
+        await comp.store.create_api_key(
+            key_hash=tenant_key, tenant_id=Shape.tenant_of(0), hint="bench", now=now
+        )
+    return key, tenant_key
 
 
-async def _measure(settings: Any, shape: Shape, key: str, repeat: int) -> dict[str, Any]:
+async def _time_pages(
+    http: Any, base: str, named: list[tuple[str, str]], repeat: int
+) -> dict[str, Any]:
+    """p50, p95 and max of ``repeat`` requests of each page."""
+    out: dict[str, Any] = {}
+    for name, path in named:
+        seconds = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            async with http.get(base + path) as resp:
+                await resp.read()
+                assert resp.status == 200, (path, resp.status)
+            seconds.append(time.perf_counter() - t0)
+        seconds.sort()
+        out[name] = {
+            "path": path,
+            "p50_ms": round(percentile(seconds, 50) * 1000, 1),
+            "p95_ms": round(percentile(seconds, 95) * 1000, 1),
+            "max_ms": round(seconds[-1] * 1000, 1),
+        }
+        log(f"  {name}: p95 {out[name]['p95_ms']} ms")
+    return out
+
+
+async def _measure(
+    settings: Any, shape: Shape, keys: tuple[str, str], repeat: int
+) -> dict[str, Any]:
     import aiohttp
     from aiohttp import web
 
     from bench.common import free_port
     from herald.console import web as console
+    from herald.model import DeliveryFilter
+    from herald.tokens import Tokens
     from herald.wiring import components
 
+    key, tenant_key = keys
     async with components(settings) as comp:
         event = await _any_event(comp)
         replay = await _counters_and_replays(comp)
+        theirs, _ = await comp.service.list_deliveries(
+            DeliveryFilter(destination_id=Shape.destination(0)), limit=1
+        )
+        portal_token = await Tokens(comp.store).create(Shape.tenant_of(0), key_hash=tenant_key)
         app = web.Application()
         console.setup(app, comp.service, settings=settings)
         runner = web.AppRunner(app, access_log=None)
@@ -138,24 +195,12 @@ async def _measure(settings: Any, shape: Shape, key: str, repeat: int) -> dict[s
                     f"{base}/console/login", data=form, allow_redirects=False
                 ) as resp:
                     assert resp.status == 303, resp.status
-                out: dict[str, Any] = {}
-                for name, path in pages(shape, event, replay):
-                    seconds = []
-                    for _ in range(repeat):
-                        t0 = time.perf_counter()
-                        async with http.get(base + path) as resp:
-                            await resp.read()
-                            assert resp.status == 200, (path, resp.status)
-                        seconds.append(time.perf_counter() - t0)
-                    seconds.sort()
-                    out[name] = {
-                        "path": path,
-                        "p50_ms": round(percentile(seconds, 50) * 1000, 1),
-                        "p95_ms": round(percentile(seconds, 95) * 1000, 1),
-                        "max_ms": round(seconds[-1] * 1000, 1),
-                    }
-                    log(f"  {name}: p95 {out[name]['p95_ms']} ms")
-                return out
+                out = await _time_pages(http, base, pages(shape, event, replay), repeat)
+                opened = f"{base}/portal/?token={portal_token.token}"
+                async with http.get(opened, allow_redirects=False) as resp:
+                    assert resp.status == 303, resp.status
+                portal = portal_pages(shape, theirs[0].id)
+                return out | await _time_pages(http, base, portal, repeat)
         finally:
             await runner.cleanup()
 
@@ -220,8 +265,8 @@ def run_backend(kind: str, rows: int, repeat: int) -> dict[str, Any]:
                     loaded = await load_postgres(conn, shape)
                 finally:
                     await conn.close()
-                key = await _destinations(settings)
-                return loaded, await _measure(settings, shape, key, repeat)
+                keys = await _destinations(settings)
+                return loaded, await _measure(settings, shape, keys, repeat)
 
             loaded, timings = asyncio.run(go())
     else:
@@ -239,8 +284,8 @@ def run_backend(kind: str, rows: int, repeat: int) -> dict[str, Any]:
             loaded = load_sqlite(settings.database.sqlite_path, shape)
 
             async def go_sqlite() -> dict[str, Any]:
-                key = await _destinations(settings)
-                return await _measure(settings, shape, key, repeat)
+                keys = await _destinations(settings)
+                return await _measure(settings, shape, keys, repeat)
 
             timings = asyncio.run(go_sqlite())
     log(f"{kind}: loaded in {loaded.seconds:.0f} s")

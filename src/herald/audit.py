@@ -13,8 +13,9 @@ audit_log = structlog.get_logger("herald.audit")
 
 def audit(action: str, *, by: str, tenant_id: str, **fields: object) -> None:
     """The one audit line of a change a person asked for, written alike by the CLI,
-    the API and the console: ``by`` names who (``cli:<OS user>``, ``api:<tenant>``,
-    ``console:<key id>``), ``fields`` the objects (ids, never a body or a secret)."""
+    the API, the console and the portal: ``by`` names who (``cli:<OS user>``,
+    ``api:<tenant>``, ``console:<key id>``, ``portal:<tenant>``), ``fields`` the
+    objects (ids, never a body or a secret)."""
     audit_log.info(action, by=by, tenant_id=tenant_id, **fields)
 
 

@@ -11,6 +11,7 @@ import difflib
 import functools
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -74,10 +75,35 @@ def _check_proxy(value: str) -> str:
     return value
 
 
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _check_origin(value: str) -> str:
+    """An origin a CSP ``frame-ancestors`` can name: ``scheme://host[:port]`` and
+    nothing more (no path, no user, no wildcard, nothing that would break the header)."""
+    parts = urlsplit(value)
+    port = parts.port  # a bad port raises ValueError
+    host = parts.hostname or ""
+    if (
+        parts.scheme not in ("http", "https")
+        or value != f"{parts.scheme}://{parts.netloc}"
+        or "@" in parts.netloc
+        or port == 0
+    ):
+        raise ValueError("expected scheme://host[:port]")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not all(_HOST_LABEL.fullmatch(label) for label in host.split(".")):
+            raise ValueError("expected scheme://host[:port]") from None
+    return value
+
+
 # As field types the checks run only on a value that is set: ``X | None`` skips None.
 ProxyUrl = Annotated[str, AfterValidator(_check_proxy)]
 EncryptionKey = Annotated[SecretStr, AfterValidator(_check_key)]
 IpAddresses = Annotated[tuple[str, ...], _every(ipaddress.ip_address, "an IP address")]
+Origins = Annotated[tuple[str, ...], _every(_check_origin, "an origin (scheme://host[:port])")]
 Networks = Annotated[
     tuple[str, ...],
     _every(functools.partial(ipaddress.ip_network, strict=False), "a CIDR network"),
@@ -290,6 +316,9 @@ class ConsoleSettings(_Section):
     secure_cookie: bool = False
     """Mark the session cookie Secure even when the request came in over plain HTTP
     (behind a proxy that terminates TLS); over HTTPS it always is."""
+    portal_frame_ancestors: Origins = ()
+    """Origins (``https://app.example.com``) whose pages may frame the tenant portal;
+    empty: the portal cannot be framed. The console never can."""
 
 
 class LogSettings(_Section):

@@ -541,22 +541,26 @@ class DestinationService:
         return Event(event_id, tenant_id, type, instant_text, instant_ts, payload)
 
     # --- the operator console (herald.console): every tenant's view ----------
-    async def overview(self, *, now: float | None = None) -> Overview:
-        """What the console's front page shows, from indexed reads only: finished
-        deliveries by outcome per minute over the last hour and per 15 minutes over
-        the last day, the pending backlog, the oldest due delivery, rejected rows."""
+    async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:
+        """What the console's front page shows (of every tenant, or of ``tenant_id``'s
+        destinations for the portal), from indexed reads only: finished deliveries by
+        outcome per minute over the last hour and per 15 minutes over the last day, the
+        pending backlog, the oldest due delivery, rejected rows (operators only)."""
         now = time.time() if now is None else now
-        hour = await self.store.outcome_counts(since=now - 3600, bucket_seconds=60)
-        day = await self.store.outcome_counts(since=now - 86_400, bucket_seconds=900)
-        backlog = await self.store.delivery_counts(now=now)
-        next_due = await self.store.next_due_at()
+        one = {"tenant_id": tenant_id}
+        hour = await self.store.outcome_counts(since=now - 3600, bucket_seconds=60, **one)
+        day = await self.store.outcome_counts(since=now - 86_400, bucket_seconds=900, **one)
+        backlog = await self.store.delivery_counts(now=now, **one)
+        next_due = await self.store.next_due_at(**one)
         oldest_due_age = None if next_due is None or next_due > now else now - next_due
-        rejected = await self.store.count_rejected(up_to=OVERVIEW_REJECTED_MAX + 1)
+        rejected = 0
+        if tenant_id is None:
+            rejected = await self.store.count_rejected(up_to=OVERVIEW_REJECTED_MAX + 1)
         failing = []
         for dest_id, failures in await self.store.failing_destinations(
-            since=now - 3600, limit=OVERVIEW_FAILING_MAX
+            since=now - 3600, limit=OVERVIEW_FAILING_MAX, **one
         ):
-            dest = await self.store.get_destination(None, dest_id)
+            dest = await self.store.get_destination(tenant_id, dest_id)
             failing.append((dest_id, dest.name if dest else dest_id, failures))
         return Overview(
             now=now,
@@ -567,7 +571,7 @@ class DestinationService:
             held=backlog["held"],
             oldest_due_age=oldest_due_age,
             rejected=rejected,
-            in_flight=await self.store.in_flight(),
+            in_flight=await self.store.in_flight(**one),
             failing=failing,
         )
 

@@ -85,4 +85,4 @@ async def api(herald: Herald) -> AsyncIterator[Api]:
 
 # --- the console's browser (tests/e2e/test_console*.py) ----------------------------------
 
-from tests.support.browser import browser  # noqa: E402, F401 - a module fixture
+from tests.support.browser import browser, context  # noqa: E402, F401 - fixtures

@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.support.browser import (
+    XSS_NAME,
     Receiver,
     active_webhook,
+    collect_dialogs,
+    refuses_without_csrf,
     sign_in,
     wait_for,
 )
@@ -29,9 +32,6 @@ from tests.support.daemon import Herald
 
 # One worker runs a module's tests, so its daemon (a module fixture) starts once.
 pytestmark = pytest.mark.xdist_group("console")
-
-
-XSS_NAME = "<img src=x onerror=alert(1)>"
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +60,6 @@ def receiver() -> Iterator[Receiver]:
     r.start()
     yield r
     r.stop()
-
-
-@pytest.fixture
-def context(browser: Browser, herald: Herald) -> Iterator[BrowserContext]:
-    ctx = browser.new_context(base_url=f"http://127.0.0.1:{herald.port}")
-    ctx.set_default_timeout(10_000)
-    yield ctx
-    ctx.close()
 
 
 @pytest.fixture
@@ -241,13 +233,7 @@ def test_send_test_shows_the_attempt_and_rotate_shows_the_secret_once(
 def test_create_shows_a_validation_error_beside_its_field_and_names_render_as_text(
     herald: Herald, page: Page, receiver: Receiver
 ) -> None:
-    dialogs: list[str] = []
-
-    def on_dialog(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
+    dialogs = collect_dialogs(page)
     page.goto("/console/destinations")
     page.get_by_role("link", name="New destination").click()
     page.get_by_label("Name").fill(XSS_NAME)
@@ -279,11 +265,7 @@ def test_a_post_without_the_csrf_token_is_refused(
     dest = active_webhook(herald, receiver, name="guarded")
     url = f"/console/destinations/{dest['id']}/pause"
     # The session cookie goes along (same context); the form's token does not.
-    refused = page.request.post(url, form={"name": "x"}, max_redirects=0)
-    assert refused.status == 403
-    assert "CSRF" in refused.text()
-    wrong = page.request.post(url, form={"csrf_token": "0" * 64}, max_redirects=0)
-    assert wrong.status == 403
+    refuses_without_csrf(page, url)
     page.goto(f"/console/destinations/{dest['id']}")
     expect(page.locator("#dest-status")).to_have_text("active")
     # The console's headers: no framing, no inline script, no sniffing.
@@ -337,14 +319,7 @@ def test_operator_keys_are_listed_apart_and_do_not_open_the_api(
     assert all(k["kind"] == "operator" and "tenant_id" not in k for k in operators)
     tenants = herald.cli_json("keys", "list")["data"]
     assert {k["id"] for k in tenants}.isdisjoint(k["id"] for k in operators)
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{herald.port}/v2/event-destinations",
-        headers={"Authorization": f"Bearer {operator_key}"},
-    )
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(request, timeout=5)
-    refused.value.close()
-    assert refused.value.code == 401
+    assert herald.get("/v2/event-destinations", key=operator_key)[0] == 401
 
 
 def test_a_change_writes_the_same_audit_line_from_the_console_and_the_api(

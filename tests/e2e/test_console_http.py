@@ -114,6 +114,25 @@ def test_the_console_has_the_apis_rate_limits(herald: Herald) -> None:
     forger = Client(herald)
     forger.jar.set_cookie(_cookie("herald_console", "guessed-session-id"))
     assert forger.request("/console/")[0] == 429
+    # So do guessed portal tokens (each refused one counts; this address is past it).
+    assert Client(herald).request("/portal/?token=tk_guessed")[0] == 429
+
+
+def test_the_portal_counts_against_the_tenants_api_limit_and_its_cookie_is_strict(
+    herald: Herald,
+) -> None:
+    """One budget per tenant, whichever face spends it: here 5 requests a window."""
+    token = herald.portal_token("limited")  # the API's first request of the window
+    tenant = Client(herald)
+    assert tenant.request(f"/portal/?token={token}")[0] == 303  # not counted: no session yet
+    [cookie] = [c for c in tenant.jar if c.name == "herald_portal"]
+    assert cookie.path == "/portal"
+    assert cookie.has_nonstandard_attr("HttpOnly")
+    assert cookie.get_nonstandard_attr("SameSite") == "Strict"  # no framing configured
+    statuses = [tenant.request("/portal/deliveries")[0] for _ in range(5)]
+    assert statuses == [200, 200, 200, 200, 429]
+    # The API's budget for the tenant is spent too.
+    assert herald.get("/v2/event-destinations", key=herald.api_key("limited"))[0] == 429
 
 
 def test_the_console_can_be_switched_off(tmp_path: Path) -> None:
@@ -122,6 +141,7 @@ def test_the_console_can_be_switched_off(tmp_path: Path) -> None:
     try:
         status, _ = Client(h).request("/console/login")
         assert status == 404
+        assert Client(h).request("/portal/login")[0] == 404
     finally:
         h.stop()
 
@@ -168,10 +188,10 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             "/console/events",
             "/console/events/evt_page",
             "/console/events/evt_page?tenant=acme",
-            "/console/outbox/rejected",
             "/console/replays",
             "/console/replays?tenant=acme",
             f"/console/replays/new?tenant=acme&destination={dest_id}&range=24h",
+            "/console/outbox/rejected",
         ]
         assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
         # A replay started from the form runs in the daemon and gets its page.
@@ -197,6 +217,15 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
         assert status == 200
         assert "evt_a/b?c#d e&amp;f" in page
         assert client.request("/console/deliveries?status=nope")[0] == 400
+
+        # The portal's pages, tenant acme's (the overview counts its destinations only).
+        tenant = Client(h)
+        assert tenant.request(f"/portal/?token={h.portal_token('acme')}")[0] == 303
+        portal = [p.replace("/console/", "/portal/") for p in pages[:-1]]
+        assert {p: tenant.request(p)[0] for p in portal} == dict.fromkeys(portal, 200)
+        assert tenant.request("/portal/outbox/rejected")[0] == 404
+        # ?tenant= is no filter in the portal: acme's event, whatever it says.
+        assert tenant.request("/portal/events/evt_page?tenant=other")[0] == 200
     finally:
         h.stop()
         if url is not None:

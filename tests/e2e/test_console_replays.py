@@ -7,6 +7,7 @@ A browser that cannot start fails the tests: they never skip.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,3 +187,72 @@ def test_the_edit_form_changes_the_config_and_keeps_a_masked_secret(
     finally:
         receiver.stop()
         moved.stop()
+
+
+def test_the_portal_replays_its_own_tenants_deliveries_only(
+    browser: Browser, herald: Herald, page: Page
+) -> None:
+    """The same pages under /portal/: a tenant's session sees, dry-runs and replays its
+    own failed deliveries, never another tenant's, whatever the query string says."""
+    receiver = Receiver()
+    receiver.start()
+    try:
+        acme = herald.create_webhook(receiver.url, name="acme hook", tenant="acme")
+        globex = herald.create_webhook(receiver.url, name="globex hook", tenant="globex")
+        wait_for(
+            lambda: {status_of_destination(herald, d) for d in (acme, globex)} == {"active"},
+            what="both destinations' verification",
+        )
+        receiver.stop()
+        events = {}
+        for tenant in ("acme", "globex"):
+            events[tenant] = f"evt_portal_replay_{tenant}_{time.monotonic_ns()}"
+            herald.insert_events([(events[tenant], tenant, "order.lost", '{"n": 1}')])
+        wait_for(
+            lambda: (
+                status_of(herald, events["acme"], acme) == "failure"
+                and status_of(herald, events["globex"], globex) == "failure"
+            ),
+            what="both failures",
+        )
+        # The operator replays globex's: a replay the acme portal must not see.
+        page.goto(f"/console/replays/new?tenant=globex&destination={globex['id']}")
+        page.get_by_role("button", name="Replay").click()
+        expect(page).to_have_url(re.compile(r"/console/replays/rpl_\w+$"))
+        globex_replay = page.url.rsplit("/", 1)[1]
+
+        ctx = browser.new_context(base_url=f"http://127.0.0.1:{herald.port}")
+        ctx.set_default_timeout(10_000)
+        try:
+            portal = ctx.new_page()
+            portal.goto(f"/portal/replays?token={herald.portal_token('acme')}")
+            expect(portal).to_have_url(re.compile(r"/portal/replays$"))
+            expect(portal.get_by_label("Tenant")).to_have_count(0)  # the tenant is the session's
+            expect(portal.locator("table.list")).not_to_contain_text(globex_replay)
+            portal.goto(f"/portal/replays/{globex_replay}")
+            expect(portal.get_by_role("heading", level=1)).not_to_contain_text("Replay rpl_")
+            # A tenant in the query string changes nothing: acme's failure alone matches.
+            portal.goto("/portal/replays/new?status=failure&event_type=order.lost&tenant=globex")
+            expect(portal.locator("#replay-matched")).to_contain_text("1 delivery matches")
+            expect(portal.locator("table.list")).to_contain_text(acme["id"])
+            expect(portal.locator("table.list")).not_to_contain_text(globex["id"])
+            receiver.start()
+            portal.get_by_role("button", name="Replay").click()
+            expect(portal).to_have_url(re.compile(r"/portal/replays/rpl_\w+$"))
+            expect(portal.locator("#replay-succeeded")).to_have_text("1", timeout=20_000)
+            acme_replay = portal.url.rsplit("/", 1)[1]
+        finally:
+            ctx.close()
+        assert status_of(herald, events["acme"], acme) == "success"
+        [(tenant,)] = herald.query(
+            "SELECT tenant_id FROM herald_replays WHERE id = ?", (acme_replay,)
+        )
+        assert tenant == "acme"
+        audit = [
+            e
+            for e in herald.log_events()
+            if e.get("event") == "replay" and e.get("replay_id") == acme_replay
+        ]
+        assert [(e["by"], e["tenant_id"]) for e in audit] == [("portal:acme", "acme")]
+    finally:
+        receiver.stop()

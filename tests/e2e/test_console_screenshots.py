@@ -1,4 +1,4 @@
-"""Screenshots of every console page, from a seeded database.
+"""Screenshots of every console and portal page, from a seeded database.
 
 Run in the suite, they check that every page renders with data in it (light and
 dark); ``make screenshots`` runs them with ``HERALD_SCREENSHOTS=docs/console`` to
@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.support.browser import (
+    FramingPage,
     Receiver,
     active_webhook,
     sign_in,
@@ -30,10 +31,24 @@ VIEWPORT = {"width": 1280, "height": 800}
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Herald, dict[str, str]]]:
+def framing() -> Iterator[FramingPage]:
+    with FramingPage() as page:
+        yield page
+
+
+@pytest.fixture(scope="module")
+def seeded(
+    tmp_path_factory: pytest.TempPathFactory, framing: FramingPage
+) -> Iterator[tuple[Herald, dict[str, str]]]:
     """A daemon with two tenants' destinations, succeeded and failed deliveries and a
-    rejected outbox row."""
-    h = Herald(tmp_path_factory.mktemp("screens"), {"delivery": {"max_retries": 1}})
+    rejected outbox row; its portal may be framed by ``framing``."""
+    h = Herald(
+        tmp_path_factory.mktemp("screens"),
+        {
+            "delivery": {"max_retries": 1},
+            "console": {"portal_frame_ancestors": [framing.origin]},
+        },
+    )
     h.start()
     live, flaky = Receiver(), Receiver()
     live.start()
@@ -141,6 +156,44 @@ def _replay_shots(h: Herald, page: Page, ids: dict[str, str], out_dir: Path) -> 
     page.goto("/console/replays")
     expect(page.get_by_role("heading", level=1)).to_contain_text("Replays")
     _shoot(page, out_dir / "replays.png")
+
+
+def test_every_portal_page_renders_with_data(
+    browser: Browser,
+    seeded: tuple[Herald, dict[str, str]],
+    framing: FramingPage,
+    out_dir: Path,
+) -> None:
+    """The portal of tenant ``default`` (opened with a token, as its product would),
+    and the same embedded in the product's page."""
+    h, ids = seeded
+    ctx = browser.new_context(
+        base_url=f"http://127.0.0.1:{h.port}",
+        viewport=VIEWPORT,  # type: ignore[arg-type]
+    )
+    try:
+        page = ctx.new_page()
+        page.goto(f"/portal/?token={h.portal_token('default')}")
+        expect(page.get_by_role("heading", level=1)).to_have_text("Overview")
+        shots = [
+            ("portal-overview", "/portal/", "Overview"),
+            ("portal-deliveries", "/portal/deliveries", "Deliveries"),
+            ("portal-destinations", "/portal/destinations", "Destinations"),
+            ("portal-destination", f"/portal/destinations/{ids['billing']}", "Billing"),
+        ]
+        for name, path, heading in shots:
+            page.goto(path)
+            expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
+            _shoot(page, out_dir / f"{name}.png")
+
+        product = ctx.new_page()
+        portal = f"http://127.0.0.1:{h.port}/portal/deliveries?token={h.portal_token('default')}"
+        product.goto(framing.url(portal))
+        framed = product.frame_locator("#portal")
+        expect(framed.get_by_role("heading", level=1)).to_have_text("Deliveries")
+        _shoot(product, out_dir / "portal-framed.png")
+    finally:
+        ctx.close()
 
 
 def _shoot(page: Page, path: Path) -> None:

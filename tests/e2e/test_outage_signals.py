@@ -43,14 +43,8 @@ def scrape(h: Herald) -> Samples:
 
 
 def api_status(h: Herald, path: str) -> int:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{h.port}{path}", headers={"Authorization": f"Bearer {h.api_key()}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+    status: int = h.get(path, key=h.api_key())[0]
+    return status
 
 
 def storage_errors(samples: Samples, component: str) -> float:

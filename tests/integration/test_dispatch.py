@@ -210,8 +210,8 @@ async def test_retries_run_at_their_due_time_even_when_the_due_query_is_slow(
     dlv = await only_delivery(h, event_id)
     next_due_at = h.store.next_due_at
 
-    async def slow_next_due_at() -> float | None:
-        value = await next_due_at()
+    async def slow_next_due_at(*, tenant_id: str | None = None) -> float | None:
+        value = await next_due_at(tenant_id=tenant_id)
         await asyncio.sleep(base * 1.2)  # past the first retry's due time
         return value
 

@@ -166,12 +166,16 @@ class Herald:
         return out
 
     # --- HTTP ------------------------------------------------------------
-    def get(self, path: str) -> tuple[int, Any]:
+    def get(self, path: str, *, key: str | None = None) -> tuple[int, Any]:
+        """(status, JSON body) of ``GET path``, with ``key`` as the Bearer key if given."""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        ask = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=headers)
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
+            with urllib.request.urlopen(ask, timeout=10) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
+            with exc:
+                return exc.code, json.loads(exc.read() or b"null")
 
     # --- CLI -------------------------------------------------------------
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -200,6 +204,17 @@ class Herald:
         if tenant not in self._keys:
             self._keys[tenant] = self.cli("keys", "create", "--tenant", tenant).stdout.strip()
         return self._keys[tenant]
+
+    def portal_token(self, tenant: str = "default") -> str:
+        """What a tenant's server does to open the portal: ``POST /v2/token`` with its
+        API key; the ``tk_`` value."""
+        url = f"http://127.0.0.1:{self.port}/v2/token"
+        ask = urllib.request.Request(url, b"", {"Authorization": f"Bearer {self.api_key(tenant)}"})
+        with urllib.request.urlopen(ask, timeout=10) as resp:
+            assert resp.status == 201
+            token: str = json.loads(resp.read())["token"]
+        assert token.startswith("tk_")
+        return token
 
     def create_webhook(
         self,

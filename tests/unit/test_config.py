@@ -83,6 +83,38 @@ def test_file_then_environment_override(tmp_path: Path, monkeypatch: pytest.Monk
         ("[delivery]\nheartbeat_seconds = 0\n", "delivery.heartbeat_seconds"),
         ("[delivery]\nworker_processes = 'many'\n", "delivery.worker_processes"),
         ("[delivery]\nworker_processes = 0\n", "delivery.worker_processes"),
+        (
+            "[console]\nportal_frame_ancestors = ['https://app.example.com/']\n",
+            "console.portal_frame_ancestors: 'https://app.example.com/' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['https://*.example.com']\n",
+            "console.portal_frame_ancestors: 'https://*.example.com' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['app.example.com']\n",
+            "console.portal_frame_ancestors: 'app.example.com' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['https://app.example.com/path']\n",
+            "console.portal_frame_ancestors: 'https://app.example.com/path' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['https://u@app.example.com']\n",
+            "console.portal_frame_ancestors: 'https://u@app.example.com' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['javascript:alert(1)']\n",
+            "console.portal_frame_ancestors: 'javascript:alert(1)' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['https://a.com; script-src *']\n",
+            "console.portal_frame_ancestors: 'https://a.com; script-src *' is not an origin (scheme://host[:port])",
+        ),
+        (
+            "[console]\nportal_frame_ancestors = ['https://x.com:0']\n",
+            "console.portal_frame_ancestors: 'https://x.com:0' is not an origin (scheme://host[:port])",
+        ),
     ],
 )
 def test_invalid_config_names_the_key(tmp_path: Path, text: str, needle: str) -> None:
@@ -90,6 +122,13 @@ def test_invalid_config_names_the_key(tmp_path: Path, text: str, needle: str) ->
         load_settings(write(tmp_path, text))
     assert needle in info.value.message
     assert "\n" not in info.value.message
+
+
+def test_the_portal_frame_ancestors_are_origins(tmp_path: Path) -> None:
+    origins = ["https://app.example.com", "http://127.0.0.1:8000", "https://[::1]:8443"]
+    path = write(tmp_path, f"[console]\nportal_frame_ancestors = {origins!r}\n")
+    assert load_settings(path).console.portal_frame_ancestors == tuple(origins)
+    assert load_settings(write(tmp_path, "")).console.portal_frame_ancestors == ()
 
 
 def test_invalid_environment_value_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,16 @@ from herald.store.sqlite import SQLiteDialect
 
 STORE = Path(herald.store.__file__).parent
 DIALECTS = ("sqlite", "postgres")
-RUNNERS = {"read", "execute", "fetch", "fetchrow", "fetchval", "executemany", "insert_many"}
+RUNNERS = {
+    "read",
+    "execute",
+    "fetch",
+    "fetchrow",
+    "fetchval",
+    "executemany",
+    "insert_many",
+    "_read_for",
+}
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 GUARDED = {"outbox_any": "idle_read", "event_exists": "shared"}
 """Dialect-only queries the shared code runs only when the dialect's flag is set."""

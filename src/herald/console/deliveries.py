@@ -46,7 +46,7 @@ class DeliveryPages(Pages):
     """``/``, ``/deliveries[/{id}]``, ``/events[/{id}]`` and ``/outbox/rejected``."""
 
     async def overview(self, request: web.Request) -> web.StreamResponse:
-        ov = await self.service.overview()
+        ov = await self.service.overview(tenant_id=self.scope(request).tenant_id)
         hour = charts.bar_chart(
             ov.last_hour, now=ov.now, bucket_seconds=60, buckets=60, label="last hour, per minute"
         )

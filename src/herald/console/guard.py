@@ -18,9 +18,9 @@ from typing import Protocol
 import structlog
 from aiohttp import web
 
-from herald.api.ratelimit import Decision, RateLimiter
+from herald.api.ratelimit import RateLimiter
 from herald.api.server import read_body
-from herald.console.pages import elapsed_ms, error_page, redirect
+from herald.console.pages import elapsed_ms, error_page, limited, redirect
 from herald.console.scope import FORM, NONCE, REQUEST_ID, SCOPE, Face, Scope
 from herald.console.session import CSRF_FIELD, csrf_matches
 from herald.errors import BadRequest, HeraldError
@@ -47,12 +47,11 @@ class Door(Protocol):
     def signed_out(self, request: web.Request) -> web.Response:
         """Where a request without a session is sent (the sign-in page), cookie cleared."""
 
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        """``/login``: the sign-in page (the console's form; the portal's landing)."""
 
-def limited(request: web.Request, decision: Decision, what: str) -> web.Response:
-    """The 429 page, with the rate limit's headers."""
-    response = error_page(request, 429, f"{what}; try again in {decision.reset} s.")
-    response.headers.update(decision.headers)
-    return response
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        """``POST /logout``: the session ends."""
 
 
 class Guard:

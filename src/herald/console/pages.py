@@ -13,6 +13,7 @@ import aiohttp_jinja2
 import orjson
 from aiohttp import web
 
+from herald.api.ratelimit import Decision
 from herald.audit import audit
 from herald.console.scope import FACE, NONCE, REQUEST_ID, SCOPE, Scope
 from herald.console.session import CSRF_FIELD
@@ -108,6 +109,13 @@ def render(
 
 def error_page(request: web.Request, status: int, message: str) -> web.Response:
     return render("error.html", request, {"status": status, "message": message}, status=status)
+
+
+def limited(request: web.Request, decision: Decision, what: str) -> web.Response:
+    """The 429 page, with the rate limit's headers."""
+    response = error_page(request, 429, f"{what}; try again in {decision.reset} s.")
+    response.headers.update(decision.headers)
+    return response
 
 
 class Pages:

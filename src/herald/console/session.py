@@ -71,19 +71,42 @@ def set_cookie(
     settings: ConsoleSettings,
     name: str,
     value: str,
+    *,
+    path: str = COOKIE_PATH,
+    cross_site: bool = False,
 ) -> None:
+    """An HttpOnly cookie under ``path``: SameSite=Strict, or, ``cross_site`` (a portal
+    framed by another site, whose frames a Strict cookie never reaches),
+    SameSite=None, which browsers take only Secure, and Partitioned, so that it is kept
+    for the framing site alone and browsers that block third-party cookies keep it."""
+    if cross_site:
+        _partitioned(response, name, value, path=path)
+        return
     response.set_cookie(
-        name,
-        value,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="Strict",
-        secure=secure(request, settings),
+        name, value, path=path, httponly=True, samesite="Strict", secure=secure(request, settings)
     )
 
 
-def clear_cookie(response: web.StreamResponse, name: str) -> None:
-    response.del_cookie(name, path=COOKIE_PATH)
+def clear_cookie(
+    response: web.StreamResponse, name: str, *, path: str = COOKIE_PATH, cross_site: bool = False
+) -> None:
+    if cross_site:
+        # A partitioned cookie is only reached by a Set-Cookie that is partitioned too.
+        _partitioned(response, name, "", path=path, expired=True)
+    else:
+        response.del_cookie(name, path=path)
+
+
+def _partitioned(
+    response: web.StreamResponse, name: str, value: str, *, path: str, expired: bool = False
+) -> None:
+    """Written out: Python's http.cookies knows no Partitioned attribute before 3.14.
+    ``value`` is URL-safe base64 (a secret Herald made), so it needs no quoting."""
+    end = "; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT" if expired else ""
+    response.headers.add(
+        "Set-Cookie",
+        f"{name}={value}; Path={path}; HttpOnly; SameSite=None; Secure; Partitioned{end}",
+    )
 
 
 class Sessions:

@@ -1,16 +1,19 @@
-"""The web UI on the API listener: the operators' console under ``/console/``.
+"""The web UI on the API listener: the operators' console under ``/console/`` and the
+tenants' portal under ``/portal/``.
 
 One UI, mounted once per face (``herald.console.scope.Face``); every route of every
 face is registered here, in ``_routes``. The pieces:
 
 - ``guard.py``: the middleware (headers, CSRF, the session through the face's door,
   rate limits, error pages, the access line);
-- ``signin.py``: the console's door (operator keys);
+- ``signin.py``: the console's door (operator keys); ``portal.py`` the portal's
+  (session tokens);
 - ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``
   and ``replays.py`` the pages themselves, which call the same service layer as the
   API and the CLI (``filters.py`` reads the deliveries' filter for the last two).
 
-Every change writes one audit line naming who asked (``by=console:<key id>``).
+Every change writes one audit line naming who asked (``by=console:<key id>`` or
+``by=portal:<tenant>``).
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
 from herald.console.guard import Door, Guard
 from herald.console.pages import path_segment, redirect
+from herald.console.portal import PortalDoor, portal_face
 from herald.console.replays import ReplayPages
 from herald.console.scope import FACE, Face
 from herald.console.session import SESSION_COOKIE
 from herald.console.signin import OperatorDoor
 from herald.replayer import Replayer
 from herald.service import DestinationService
+from herald.tokens import Tokens
 
 CONSOLE = Face(name="console", prefix="/console", every_tenant=True, cookie=SESSION_COOKIE)
 
@@ -63,6 +68,7 @@ class Console:
             settings.api, counter=store.count_request if store.shared else None
         )
         self.operators = OperatorDoor(store, settings.console, anonymous=self.anonymous)
+        self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
         # The daemon's, which it stops; without a daemon (tests), one of its own.
@@ -89,19 +95,20 @@ class Console:
             autoescape=True,
             filters={"path": path_segment},
         )
-        self._routes(app.router, face)
+        self._routes(app.router, face, door)
         static = Path(str(resources.files("herald.console") / "static"))
         app.router.add_static("/static", static)
         return app
 
-    def _routes(self, r: web.UrlDispatcher, face: Face) -> None:
-        """Every page of the UI, the same paths under every face."""
-        dest, dlv, ops = self.destinations, self.deliveries, self.operators
+    def _routes(self, r: web.UrlDispatcher, face: Face, door: Door) -> None:
+        """Every page of the UI, the same paths under every face (the rejected outbox
+        rows for operators only)."""
+        dest, dlv = self.destinations, self.deliveries
         r.add_get("/", dlv.overview)
-        if face is CONSOLE:
-            r.add_get("/login", ops.login_page)
-            r.add_post("/login", ops.login)
-            r.add_post("/logout", ops.logout)
+        r.add_get("/login", door.login_page)
+        if door is self.operators:
+            r.add_post("/login", self.operators.login)
+        r.add_post("/logout", door.logout)
         r.add_get("/deliveries", dlv.list)
         r.add_get("/deliveries/{id}", dlv.show)
         r.add_post("/deliveries/{id}/retry", dlv.retry)
@@ -145,9 +152,12 @@ def setup(
     limiters: Limiters | None = None,
     replayer: Replayer | None = None,
 ) -> Console | None:
-    """Mount the console under ``/console/`` (unless ``console.enabled`` is false)."""
+    """Mount the console under ``/console/`` and the portal under ``/portal/`` (neither
+    when ``console.enabled`` is false)."""
     if not settings.console.enabled:
         return None
     console = Console(service, settings=settings, wake=wake, limiters=limiters, replayer=replayer)
     _mount(app, console.application(CONSOLE, console.operators), CONSOLE.prefix)
+    portal = portal_face(settings.console)
+    _mount(app, console.application(portal, console.tenants), portal.prefix)
     return console

@@ -169,14 +169,18 @@ class EngineStore(StorePart):
                 return await self.dialect.execute(c, "release_all_leases", now)
             return await self.dialect.execute(c, "release_leases", now, owner)
 
-    async def next_due_at(self) -> float | None:
-        """Earliest ``next_attempt_at`` of an unheld pending delivery."""
-        value = (await self.dialect.read("next_due_at"))[0][0]
+    async def next_due_at(self, *, tenant_id: str | None = None) -> float | None:
+        """Earliest ``next_attempt_at`` of an unheld pending delivery (of ``tenant_id``'s
+        destinations when given)."""
+        value = (await self._read_for("next_due_at", "tenant_next_due_at", tenant_id))[0][0]
         return None if value is None else float(value)
 
-    async def delivery_counts(self, *, now: float) -> dict[str, int]:
-        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held``."""
-        rows = await self.dialect.read("delivery_counts", now, gauges=True)
+    async def delivery_counts(self, *, now: float, tenant_id: str | None = None) -> dict[str, int]:
+        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held`` (of
+        ``tenant_id``'s destinations when given)."""
+        rows = await self._read_for(
+            "delivery_counts", "tenant_delivery_counts", tenant_id, now, gauges=True
+        )
         due, scheduled, held = (int(v) for v in rows[0])
         return {"due": due, "scheduled_retry": scheduled, "held": held}
 

@@ -196,21 +196,27 @@ class HistoryStore(StorePart):
 
     # --- the console's counts ---------------------------------------------
     async def outcome_counts(
-        self, *, since: float, bucket_seconds: int
+        self, *, since: float, bucket_seconds: int, tenant_id: str | None = None
     ) -> list[tuple[str, int, int]]:
         """Finished deliveries since ``since``: (status, bucket number, count) per bucket
-        of ``bucket_seconds`` (bucket number × bucket_seconds is the bucket's start)."""
-        rows = await self.dialect.read("console_outcomes", since, float(bucket_seconds))
+        of ``bucket_seconds`` (bucket number × bucket_seconds is the bucket's start); of
+        ``tenant_id``'s destinations when given."""
+        rows = await self._read_for(
+            "console_outcomes", "tenant_outcomes", tenant_id, since, float(bucket_seconds)
+        )
         return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
 
-    async def failing_destinations(self, *, since: float, limit: int) -> list[tuple[str, int]]:
+    async def failing_destinations(
+        self, *, since: float, limit: int, tenant_id: str | None = None
+    ) -> list[tuple[str, int]]:
         """(destination id, failed deliveries since ``since``), the most failing first."""
-        rows = await self.dialect.read("console_failing", since, limit)
+        rows = await self._read_for("console_failing", "tenant_failing", tenant_id, since, limit)
         return [(str(r[0]), int(r[1])) for r in rows]
 
-    async def in_flight(self) -> int:
+    async def in_flight(self, *, tenant_id: str | None = None) -> int:
         """Deliveries leased right now (being attempted, or about to be)."""
-        return int((await self.dialect.read("console_in_flight"))[0][0])
+        rows = await self._read_for("console_in_flight", "tenant_in_flight", tenant_id)
+        return int(rows[0][0])
 
     # --- retention --------------------------------------------------------
     async def purge(self, *, before: float, limit: int) -> int:

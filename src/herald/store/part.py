@@ -10,9 +10,10 @@ each a mixin with one job over the same dialect: :mod:`~herald.store.engine`,
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from herald.model import Event, NewDelivery
-from herald.store.dialect import Conn, Dialect
+from herald.store.dialect import Conn, Dialect, Row
 from herald.store.rows import new_delivery_rows
 
 
@@ -20,6 +21,15 @@ class StorePart:
     """The base of every part of the store: the dialect its statements run on."""
 
     dialect: Dialect
+
+    async def _read_for(
+        self, every: str, one: str, tenant_id: str | None, *args: Any, gauges: bool = False
+    ) -> list[Row]:
+        """Query ``every`` (every tenant's rows), or ``one`` for one tenant (its id the
+        last argument): the console's counts, and the portal's of one tenant."""
+        if tenant_id is None:
+            return await self.dialect.read(every, *args, gauges=gauges)
+        return await self.dialect.read(one, *args, tenant_id, gauges=gauges)
 
     async def _insert_events(self, c: Conn, events: Iterable[Event], now: float) -> None:
         await self.dialect.insert_many(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import structlog
 import tenacity
 
 from herald.crypto import SecretBox
@@ -41,6 +42,8 @@ QUIET_AFTER_SECONDS = 1.0
 QUIET_LOOK_SECONDS = 0.05
 # After a write to the database's files, the first look for its commit.
 RELOOK_FIRST_SECONDS = 0.002
+
+log = structlog.get_logger("herald.store")
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -298,6 +301,11 @@ class SQLiteDialect(NamedQueries):
         # A commit writes the -wal file (or, in rollback-journal mode, the database).
         name = self.path.name
         watch = FileWatch.open(self.path.parent, (name, f"{name}-wal", f"{name}-journal"))
+        log.info(
+            "sqlite_commit_watch",
+            mode="inotify" if watch is not None else "poll",
+            directory=str(self.path.parent.resolve()),
+        )
         try:
             # Never wait on a lock in the event loop: busy means someone is writing.
             conn.execute("PRAGMA busy_timeout=0")
@@ -336,7 +344,8 @@ class SQLiteDialect(NamedQueries):
                         relook = RELOOK_FIRST_SECONDS
                         continue
                     watch.close()
-                    watch = None  # the directory went away: poll from now on
+                    watch = None
+                    log.warning("sqlite_commit_watch", mode="poll", why="the directory went away")
                 quiet = now - quiet_since >= QUIET_AFTER_SECONDS
                 await asyncio.sleep(max(every, QUIET_LOOK_SECONDS) if quiet else every)
         finally:

@@ -527,3 +527,36 @@ SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL
 -- console_rejected_count --
 -- Rejected outbox rows, counted up to ?1 (their data is never read)
 SELECT COUNT(*) FROM (SELECT 1 FROM herald_outbox_rejected LIMIT ?1) AS r
+
+-- tenant_outcomes --
+-- console_outcomes for one tenant (?3), the portal's overview: its destinations'
+-- deliveries, still from herald_deliveries_outcomes (which holds destination_id)
+SELECT status, CAST(floor(updated_at / ?2) AS INTEGER), COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_outcomes
+WHERE status <> 'pending' AND updated_at >= ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?3)
+GROUP BY 1, 2
+
+-- tenant_failing --
+-- console_failing for one tenant (?3)
+SELECT destination_id, COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_outcomes
+WHERE status <> 'pending' AND status = 'failure' AND updated_at >= ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?3)
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT ?2
+
+-- tenant_in_flight --
+-- console_in_flight for one tenant (?1): the leased rows are few, so from their index
+-- (named: SQLite would rather walk every delivery of the tenant)
+SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_leased
+WHERE lease_owner IS NOT NULL AND tenant_id = ?1
+
+-- tenant_delivery_counts --
+-- delivery_counts for one tenant (?2), by its destinations on the pending index
+SELECT (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
+    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
+  (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
+    WHERE status = 'pending' AND held = 0 AND next_attempt_at > ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
+  (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
+    WHERE status = 'pending' AND held = 1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2))
+
+-- tenant_next_due_at --
+-- next_due_at for one tenant (?1)
+SELECT MIN(next_attempt_at) FROM herald_deliveries INDEXED BY herald_deliveries_pending
+WHERE status = 'pending' AND held = 0 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?1)
