@@ -127,8 +127,12 @@ class Replays:
         dry or not, is logged here once with who, the filter and how many, so the
         CLI and the API cannot drift apart in what the audit trail records.
         """
-        flt, total = await self._matches(flt)
-        sample = await self.store.list_deliveries(flt, before_id=None, limit=sample_size)
+        flt = self._matching(flt)
+        # Both read the same rows: side by side (PostgreSQL's pool runs them at once).
+        total, sample = await asyncio.gather(
+            self.store.count_deliveries(flt),
+            self.store.list_deliveries(flt, before_id=None, limit=sample_size),
+        )
         if dry_run:
             _log(flt, by=by, matched=total, rate_per_second=rate_per_second)
             return ReplayResult(total, 0, sample, True)
@@ -140,15 +144,15 @@ class Replays:
         """Store a replay of what ``flt`` matches and return it, with the filter to run
         it with, before anything is re-queued: the caller runs :meth:`execute` (the
         daemon's :class:`~herald.replayer.Replayer` does, in the background)."""
-        flt, total = await self._matches(flt)
-        return await self._store(flt, total, by), flt
+        flt = self._matching(flt)
+        return await self._store(flt, await self.store.count_deliveries(flt), by), flt
 
-    async def _matches(self, flt: DeliveryFilter) -> tuple[DeliveryFilter, int]:
+    @staticmethod
+    def _matching(flt: DeliveryFilter) -> DeliveryFilter:
         check_event_types(flt.event_types)
         # Only event deliveries are replayed (verifications and test pings are not):
         # count and sample just those, so a dry run says what a real run re-queues.
-        flt = replace(flt, kind=DeliveryKind.EVENT)
-        return flt, await self.store.count_deliveries(flt)
+        return replace(flt, kind=DeliveryKind.EVENT)
 
     async def _store(self, flt: DeliveryFilter, total: int, by: str) -> Replay:
         record = Replay(
