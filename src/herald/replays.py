@@ -184,8 +184,9 @@ class Replays:
         try:
             if record.matched:
                 await self._requeue_matching(flt, record, run, rate_per_second, progress, stop)
-        except HeraldError:
-            # It ends cut short, as far as it got (if the database lets that be stored).
+        except (HeraldError, asyncio.CancelledError):
+            # A database error, or a stop that could not wait for the batch: it ends cut
+            # short, as far as it got (if the database lets that be stored).
             with contextlib.suppress(HeraldError):
                 await self.store.update_replay(
                     record.id, requeued=run.requeued, finished_at=time.time(), cut_short=True

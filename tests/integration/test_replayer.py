@@ -4,12 +4,13 @@ between two batches, stored cut short with how far it got."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from herald.errors import Conflict
-from herald.model import DeliveryFilter, DeliveryStatus
+from herald.model import DeliveryFilter, DeliveryStatus, Replay
 from herald.replayer import Replayer
 from tests.integration.conftest import Harness, eventually
 from tests.integration.test_store import delivery, event
@@ -78,3 +79,29 @@ async def test_a_stop_cuts_a_running_replay_short(harness: Harness) -> None:
     with pytest.raises(Conflict) as refused:
         await replayer.start(flt, by="console:test")
     assert refused.value.code == "stopping"
+
+
+async def test_a_replay_cancelled_mid_run_is_stored_cut_short(harness: Harness) -> None:
+    """A stop that cannot wait (the grace is over) cancels the task between its
+    awaits: the replay still ends cut short, with what it had re-queued."""
+    h = harness
+    await failed_deliveries(h, 600)
+    flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
+    record, matching = await h.service.replays.start(flt, by="console:test")
+    task: asyncio.Task[Replay] | None = None
+
+    def progress(done: int, total: int) -> None:
+        # After the first batch of 500: cancelled at its next await, inside the run.
+        assert task is not None
+        task.cancel()
+
+    task = asyncio.create_task(h.service.replays.execute(record, matching, progress=progress))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # As stored (read on a connection of its own: on SQLite the store's reader may
+    # still hold the snapshot of the read the cancel interrupted).
+    [(cut_short, requeued, finished_at)] = h.rows(
+        "SELECT cut_short, requeued, finished_at FROM herald_replays WHERE id = ?", (record.id,)
+    )
+    assert (bool(cut_short), requeued) == (True, 500)
+    assert finished_at is not None
