@@ -191,6 +191,10 @@ class Daemon:
             released = await comp.store.release_leases(owner=None, now=now)
             if released:
                 log.info("recovered_inflight_deliveries", count=released)
+            # A replay the previous run was re-queuing (killed: a stop ends its own).
+            ended = await comp.store.end_unfinished_replays(now=now)
+            if ended:
+                log.warning("replays_cut_short_by_a_previous_run", count=ended)
 
     async def _problems(self, parts: _Parts, expected_schema: int) -> dict[str, str]:
         """/readyz: what keeps this instance from doing its work, by component."""

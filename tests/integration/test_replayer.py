@@ -105,3 +105,22 @@ async def test_a_replay_cancelled_mid_run_is_stored_cut_short(harness: Harness) 
     )
     assert (bool(cut_short), requeued) == (True, 500)
     assert finished_at is not None
+
+
+async def test_unfinished_replays_end_cut_short_where_they_stood(harness: Harness) -> None:
+    """What ``herald run`` does on SQLite at start: a replay its previous run left
+    running (killed mid-run) ends cut short, with the progress it had stored."""
+    h = harness
+    await failed_deliveries(h, 3)
+    flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
+    left, _ = await h.service.replays.start(flt, by="console:test")
+    await h.store.update_replay(left.id, requeued=2, finished_at=None)
+    done = (await h.service.replays.run(flt, by="cli:test")).replay
+    assert done is not None
+    now = time.time()
+    assert await h.store.end_unfinished_replays(now=now) == 1
+    ended = await h.service.replays.get(None, left.id)
+    assert (ended.cut_short, ended.requeued, ended.finished_at) == (True, 2, now)
+    untouched = await h.service.replays.get(None, done.id)
+    assert (untouched.cut_short, untouched.finished_at) == (False, done.finished_at)
+    assert await h.store.end_unfinished_replays(now=now) == 0

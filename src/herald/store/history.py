@@ -158,6 +158,12 @@ class HistoryStore(StorePart):
                 c, "update_replay", requeued, finished_at, replay_id, cut_short
             )
 
+    async def end_unfinished_replays(self, *, now: float) -> int:
+        """End every replay still marked running, cut short at ``now``: for a database
+        only this process uses (SQLite), whose previous run left them."""
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.execute(c, "end_unfinished_replays", now, True)
+
     async def _with_outcomes(self, rows: Sequence[Sequence[Any]]) -> list[Replay]:
         if not rows:
             return []

@@ -361,6 +361,11 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 -- ?4: stopped before it had re-queued everything
 UPDATE herald_replays SET requeued = ?1, finished_at = ?2, cut_short = ?4 WHERE id = ?3
 
+-- end_unfinished_replays --
+-- Replays a process that is gone left running (finished_at NULL): they end cut short
+-- at ?1, as far as their stored progress got
+UPDATE herald_replays SET finished_at = ?1, cut_short = ?2 WHERE finished_at IS NULL
+
 -- get_replay --
 -- ?2 NULL: any tenant's, and operator-wide ones (an operator asks)
 SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at,
