@@ -428,6 +428,8 @@ async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
     assert shown["filter"] == {"destination_id": scenario.dests[0]}
     table = (await h.acli("replays", "show", replay_id)).stdout
     assert "succeeded    5" in table
+    assert "cut_short    no" in table
+    assert shown["cut_short"] is False
     assert replay_id in (await h.acli("replays", "list")).stdout
     hidden = await h.acli("replays", "show", replay_id, "--tenant", "globex", check=False)
     assert (hidden.returncode, hidden.stdout) == (1, "")

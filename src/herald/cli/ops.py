@@ -197,6 +197,10 @@ def print_replay(v: dict[str, Any]) -> None:
         ("by", v["by"]),
         ("created_at", v["created_at"]),
         ("finished_at", v["finished_at"] or "(running or interrupted)"),
+        (
+            "cut_short",
+            "yes: Herald stopped it; replay again for the rest" if v["cut_short"] else "no",
+        ),
         ("filter", " ".join(f"{k}={_filter_value(x)}" for k, x in flt.items()) or "(none)"),
         ("matched", v["matched"]),
         ("requeued", v["requeued"]),
