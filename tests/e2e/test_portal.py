@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    FrameLocator,
+    Page,
+    expect,
+)
 
 from tests.support.browser import (
     XSS_NAME,
@@ -87,6 +94,14 @@ def active_webhook(
         what="the destination's verification",
     )
     return dest
+
+
+def pause_and_resume(page: Page | FrameLocator) -> None:
+    """Pause the destination whose page is open, then resume it, by their buttons."""
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#dest-status")).to_have_text("inactive")
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("#dest-status")).to_have_text("active")
 
 
 def delivered(herald: Herald, tenant: str, dest: dict[str, Any]) -> tuple[str, str]:
@@ -280,10 +295,7 @@ def test_the_portal_loads_in_a_frame_of_an_allowed_origin_only(
         framed.get_by_role("link", name="Destinations", exact=True).click()
         framed.get_by_role("link", name="Acme framed").click()
         # A POST from inside the cross-site frame: its cookie and CSRF token go along.
-        framed.get_by_role("button", name="Pause").click()
-        expect(framed.locator("#dest-status")).to_have_text("inactive")
-        framed.get_by_role("button", name="Resume").click()
-        expect(framed.locator("#dest-status")).to_have_text("active")
+        pause_and_resume(framed)
         assert herald.query(
             "SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],)
         ) == [("active",)]
@@ -324,10 +336,7 @@ def test_pause_resume_and_send_test_from_the_portal(
     dest = active_webhook(herald, receiver, tenant="acme", name="Acme pausable")
     page = context.new_page()
     open_portal(page, herald, "acme", f"/portal/destinations/{dest['id']}")
-    page.get_by_role("button", name="Pause").click()
-    expect(page.locator("#dest-status")).to_have_text("inactive")
-    page.get_by_role("button", name="Resume").click()
-    expect(page.locator("#dest-status")).to_have_text("active")
+    pause_and_resume(page)
     page.get_by_role("button", name="Send test").click()
     expect(page.locator("#test-status")).to_have_text("success")
     expect(page.locator("table.attempts")).to_contain_text("204")
@@ -387,3 +396,23 @@ def test_sign_out_ends_the_portal_session(herald: Herald, context: BrowserContex
     assert revoked is not None
     out = [e for e in herald.log_events() if e.get("event") == "portal_signed_out"]
     assert out[-1]["by"] == "portal:acme"
+
+
+def test_the_portals_core_flows_work_with_javascript_off(
+    herald: Herald, browser: Browser, receiver: Receiver
+) -> None:
+    dest = active_webhook(herald, receiver, tenant="acme", name="Acme no script")
+    ctx = browser.new_context(base_url=f"http://127.0.0.1:{herald.port}", java_script_enabled=False)
+    ctx.set_default_timeout(10_000)
+    try:
+        page = ctx.new_page()
+        open_portal(page, herald, "acme", "/portal/deliveries")
+        page.get_by_label("Destination id").fill(dest["id"])
+        page.get_by_role("button", name="Filter").click()
+        expect(page).to_have_url(re.compile(re.escape(dest["id"])))
+        page.goto(f"/portal/destinations/{dest['id']}")
+        pause_and_resume(page)
+        page.get_by_role("button", name="Sign out").click()
+        expect(page.get_by_role("status")).to_have_text("You are signed out.")
+    finally:
+        ctx.close()

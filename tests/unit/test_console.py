@@ -10,7 +10,8 @@ from herald.adapters.base import AdapterContext
 from herald.adapters.registry import Registry
 from herald.config import ConsoleSettings, Settings
 from herald.console import charts, forms
-from herald.console.session import csrf_for, csrf_matches, set_cookie
+from herald.console.scope import Face, Scope
+from herald.console.session import clear_cookie, csrf_for, csrf_matches, set_cookie
 from herald.egress import EgressPolicy
 
 
@@ -132,3 +133,39 @@ def test_the_session_cookie_is_httponly_strict_and_secure_over_https(
     assert cookie["samesite"] == "Strict"
     assert cookie["path"] == "/console"
     assert bool(cookie["secure"]) is secure
+
+
+def test_a_framed_portals_cookie_is_cross_site_secure_and_partitioned() -> None:
+    request = make_mocked_request("GET", "/portal/", headers={"Host": "h"})
+    response = web.Response()
+    settings = ConsoleSettings(portal_frame_ancestors=("https://app.example.com",))
+    set_cookie(
+        response, request, settings, "herald_portal", "tks_v", path="/portal", cross_site=True
+    )
+    clear_cookie(response, "herald_portal", path="/portal", cross_site=True)
+    made, cleared = response.headers.getall("Set-Cookie")
+    attributes = "Path=/portal; HttpOnly; SameSite=None; Secure; Partitioned"
+    assert made == f"herald_portal=tks_v; {attributes}"
+    assert cleared.startswith(f"herald_portal=; {attributes}; Max-Age=0")
+
+
+def test_only_the_listed_origins_may_frame_a_face() -> None:
+    closed = Face(name="console", prefix="/console", every_tenant=True, cookie="c")
+    assert "frame-ancestors 'none'" in closed.csp("n0nce")
+    assert "script-src 'self' 'nonce-n0nce'" in closed.csp("n0nce")
+    assert not closed.framable
+    origins = ("https://a.example.com", "http://127.0.0.1:8000")
+    framed = Face(
+        name="portal", prefix="/portal", every_tenant=False, cookie="p", frame_ancestors=origins
+    )
+    assert framed.csp("x").endswith("frame-ancestors https://a.example.com http://127.0.0.1:8000")
+    assert framed.framable
+
+
+def test_a_portal_scope_keeps_its_tenant_whatever_a_filter_asks() -> None:
+    portal = Scope(tenant_id="acme", by="portal:acme", who="tenant acme", csrf="c", session="s")
+    operator = Scope(tenant_id=None, by="console:k", who="key k", csrf="c", session="s")
+    assert portal.tenant("other") == portal.tenant(None) == "acme"
+    assert operator.tenant("other") == "other"
+    assert operator.tenant(" ") is None
+    assert operator.tenant(None) is None

@@ -87,10 +87,12 @@ class Guard:
             response = error_page(request, exc.status, message)
         except HeraldError as exc:
             if exc.status >= 500:
-                log.error("console_error", code=exc.code, error=exc.message)
+                log.error(f"{self.face.name}_error", code=exc.code, error=exc.message)
             response = error_page(request, exc.status, exc.message)
         except Exception:
-            log.exception("console_unhandled_error", path=request.path, method=request.method)
+            log.exception(
+                f"{self.face.name}_unhandled_error", path=request.path, method=request.method
+            )
             response = error_page(request, 500, "Internal error.")
         headers = response.headers
         headers["Content-Security-Policy"] = self.face.csp(nonce)
@@ -151,7 +153,7 @@ class Guard:
             what = f"More than {self.limiter.limit} requests in {self.limiter.window:g} s"
             return limited(request, decision, what)
         if request.method == "POST" and not csrf_matches(scope.csrf, request[FORM].get(CSRF_FIELD)):
-            log.warning("console_csrf_refused", path=request.path, by=scope.by)
+            log.warning(f"{self.face.name}_csrf_refused", path=request.path, by=scope.by)
             return error_page(
                 request, 403, "Refused: the form did not carry this session's CSRF token."
             )
