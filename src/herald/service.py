@@ -248,14 +248,13 @@ class DestinationService:
     async def health(
         self, dests: Iterable[Destination], *, now: float | None = None
     ) -> dict[str, DestinationHealth]:
-        """How each of ``dests`` (read in the caller's scope) has been answering, from
-        the counters the recorder keeps: one without an attempt yet is left out."""
-        now = time.time() if now is None else now
-        return await self.store.destination_health([d.id for d in dests], now=now)
+        """How ``dests`` (read in the caller's scope) have been answering, from the
+        recorder's counters (one without an attempt yet left out)."""
+        return await self.store.destination_health([d.id for d in dests], now=now or time.time())
 
     async def hourly(self, dest: Destination, *, now: float | None = None) -> list[HourCount]:
         """``dest``'s attempts per hour over the last 24 hours, from the counters."""
-        return await self.store.destination_hours(dest.id, now=time.time() if now is None else now)
+        return await self.store.destination_hours(dest.id, now=now or time.time())
 
     async def _write(
         self,
