@@ -57,8 +57,6 @@ class Replayer:
     async def _run(self, record: Replay, flt: DeliveryFilter) -> None:
         try:
             await self._replays.execute(record, flt, stop=self._stop, rate_per_second=self._rate)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             # One replay failing (the database, say) is not the daemon failing: it is
             # stored cut short where it could be, and said loudly here.
