@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.e2e import test_console
 from tests.e2e.conftest import SECRET
+from tests.e2e.test_console_http import Client
 from tests.support.browser import Receiver, active_webhook, sign_in, wait_for
 from tests.support.daemon import Herald
 
@@ -256,3 +258,44 @@ def test_the_portal_replays_its_own_tenants_deliveries_only(
         assert [(e["by"], e["tenant_id"]) for e in audit] == [("portal:acme", "acme")]
     finally:
         receiver.stop()
+
+
+def test_a_stop_ends_a_running_console_replay_and_it_says_so(tmp_path: Path) -> None:
+    """``herald run`` stopped (SIGTERM) while a replay started from the console still
+    re-queues: the replay ends between two batches, stored with ``finished_at``,
+    and cut short unless it had already re-queued every match."""
+    h = Herald(tmp_path, {"api": {"rate_limit_requests": 100_000}})
+    h.start()
+    try:
+        # Twenty destinations still pending verification (their URL is dead) hold
+        # every delivery: 600 events make 12,000 pending deliveries, none attempted.
+        for k in range(20):
+            h.create_webhook(f"http://127.0.0.1:9/{k}", name=f"held {k}")
+        h.insert_events(
+            [(f"evt_held_{i}", "default", "order.created", '{"n": 1}') for i in range(600)]
+        )
+        wait_for(
+            lambda: (
+                h.query("SELECT COUNT(*) FROM herald_deliveries WHERE kind = 'event'")
+                == [(12_000,)]
+            ),
+            timeout=30,
+            what="the fan-out",
+        )
+        client = Client(h)
+        assert client.sign_in(h.cli("keys", "create", "--operator").stdout.strip()) == 303
+        _, page = client.request("/console/replays/new?status=pending")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None
+        replay = {"status": "pending", "csrf_token": token.group(1)}
+        assert client.request("/console/replays", replay)[0] == 303
+    finally:
+        assert h.stop() == 0
+    [(matched, requeued, finished_at, cut_short)] = h.query(
+        "SELECT matched, requeued, finished_at, cut_short FROM herald_replays"
+    )
+    assert matched == 12_000
+    assert finished_at is not None
+    assert bool(cut_short) == (requeued < matched)
+    [line] = [e for e in h.log_events() if e.get("event") == "replay" and not e["dry_run"]]
+    assert (line["requeued"], line.get("cut_short", False)) == (requeued, bool(cut_short))
