@@ -716,6 +716,7 @@ class Api:
                 body.data,
                 event_id=body.id,
                 created_at=body.created_at,
+                traceparent=request.headers.get("traceparent"),
             )
             return self._respond(schemas.Event, event_view(event), status=202)
 

@@ -45,7 +45,7 @@ DESTINATION_STATE_COLUMNS = (
 )
 """Read after :data:`DESTINATION_COLUMNS`, never written with them: the state recording
 keeps (``Store.record_attempts``), not the caller's."""
-EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data"
+EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data, traceparent"
 
 
 NEW_DELIVERY_COLUMNS = (
@@ -165,6 +165,7 @@ def event_from_row(row: Sequence[Any]) -> Event:
         created_at=row[3],
         created_ts=row[4],
         data=row[5].encode(),
+        traceparent=row[6],
     )
 
 
