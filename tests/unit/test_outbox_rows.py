@@ -151,7 +151,8 @@ def test_a_w3c_traceparent_is_carried(value: str) -> None:
 )
 def test_an_invalid_traceparent_is_dropped_not_the_event(value: str, problem: str) -> None:
     found = traceparent_problem(value)
-    assert found is not None and problem in found
+    assert found is not None
+    assert problem in found
     event = parse_row(row(traceparent=value.encode()), max_payload_bytes=1024)
     assert event.traceparent is None
     assert "traceparent" not in event.metadata()
