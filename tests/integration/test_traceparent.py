@@ -12,8 +12,15 @@ from aiohttp import web
 
 from herald.model import DeliveryStatus
 from herald.outbox import publish
-from tests.integration.conftest import Harness, HarnessFactory, ReceiverFactory, running
+from tests.integration.conftest import (
+    Harness,
+    HarnessFactory,
+    ReceiverFactory,
+    eventually,
+    running,
+)
 from tests.integration.test_dispatch import only_delivery, wait_for_delivery
+from tests.integration.test_handoff import CountingClaims, _true, relay_for
 from tests.support.receiver import Received
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -116,3 +123,26 @@ async def test_the_publish_helper_writes_it(harness: Harness) -> None:
     event = await h.store.get_event("default", event_id)
     assert event is not None
     assert event.traceparent == TRACEPARENT
+
+
+async def test_handed_over_by_the_relay_without_a_claim(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay's in-memory hand-over to its dispatcher carries the event as parsed."""
+    h = harness
+    rx = await receivers()
+    await h.add_webhook(rx.url)
+    claims = CountingClaims(h, monkeypatch)
+    dispatcher = h.dispatcher(owner="it-traced")
+    relay = relay_for(h, dispatcher)
+    async with running(dispatcher):
+        await eventually(
+            lambda: _true(dispatcher.handover.room() is not None), what="dispatcher up"
+        )
+        traced = h.produce("order.created", {"n": 1}, traceparent=TRACEPARENT)
+        assert await relay.run_once() == 1
+        await rx.wait_for(lambda: len(rx.received) == 1, what="the event")
+    assert claims.claimed == []
+    [got] = rx.received
+    assert (got.event_id, got.headers.get("traceparent")) == (traced, TRACEPARENT)
+    assert got.verified
