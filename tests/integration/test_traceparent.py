@@ -16,11 +16,10 @@ from tests.integration.conftest import (
     Harness,
     HarnessFactory,
     ReceiverFactory,
-    eventually,
     running,
 )
 from tests.integration.test_dispatch import only_delivery, wait_for_delivery
-from tests.integration.test_handoff import CountingClaims, _true, relay_for
+from tests.integration.test_handoff import handing_over
 from tests.support.receiver import Received
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -132,13 +131,7 @@ async def test_handed_over_by_the_relay_without_a_claim(
     h = harness
     rx = await receivers()
     await h.add_webhook(rx.url)
-    claims = CountingClaims(h, monkeypatch)
-    dispatcher = h.dispatcher(owner="it-traced")
-    relay = relay_for(h, dispatcher)
-    async with running(dispatcher):
-        await eventually(
-            lambda: _true(dispatcher.handover.room() is not None), what="dispatcher up"
-        )
+    async with handing_over(h, monkeypatch, owner="it-traced") as (relay, claims):
         traced = h.produce("order.created", {"n": 1}, traceparent=TRACEPARENT)
         assert await relay.run_once() == 1
         await rx.wait_for(lambda: len(rx.received) == 1, what="the event")
