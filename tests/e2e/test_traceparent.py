@@ -6,7 +6,9 @@ naming the outbox row. (With tracing on: tests/e2e/test_tracing.py.)"""
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import wait_active
@@ -64,7 +66,26 @@ async def test_the_producers_traceparent_reaches_the_webhook_unchanged(
                 headers={"traceparent": "garbage"},
             )
             assert status == 202
-        await receiver.wait_for(lambda: len(receiver.counts("trace.x")) == 5, what="events")
+            # Two headers are one too many (W3C): the event goes, the header does not.
+            headers = CIMultiDict(
+                [
+                    ("Authorization", f"Bearer {api.key}"),
+                    ("Content-Type", "application/json"),
+                    ("traceparent", OTHER),
+                    ("traceparent", TRACEPARENT),
+                ]
+            )
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(
+                    f"{api.base_url}/v2/events",
+                    data=b'{"id": "evt_tp7", "type": "trace.x", "data": {}}',
+                    headers=headers,
+                ) as resp,
+            ):
+                assert resp.status == 202
+        await h.acli("emit", "trace.x", "--data", "{}", "--id", "evt_tp6", "--traceparent", OTHER)
+        await receiver.wait_for(lambda: len(receiver.counts("trace.x")) == 7, what="events")
     finally:
         await receiver.stop()
     assert receiver.errors == []
@@ -76,9 +97,11 @@ async def test_the_producers_traceparent_reaches_the_webhook_unchanged(
         "evt_tp3": None,
         "evt_tp4": OTHER,
         "evt_tp5": None,
+        "evt_tp6": OTHER,
+        "evt_tp7": None,
     }
     ignored = {e["event_id"]: e for e in h.log_events() if e.get("event") == "traceparent_ignored"}
-    assert set(ignored) == {"evt_tp2", "evt_tp5"}
+    assert set(ignored) == {"evt_tp2", "evt_tp5", "evt_tp7"}
     assert ignored["evt_tp2"]["level"] == "warning"
     assert isinstance(ignored["evt_tp2"]["seq"], int)
     assert "all-zero trace id" in ignored["evt_tp2"]["reason"]
