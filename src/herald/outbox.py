@@ -123,7 +123,7 @@ class Relay:
                 continue
             seen.add((event.tenant_id, event.id))
             plan.events.append(event)
-            if row.traceparent is not None and event.traceparent is None:
+            if row.traceparent and event.traceparent is None:  # (empty: none given)
                 plan.untraced.append((row.seq, event.id, row.traceparent))
             for entry in self._catalog.subscribers(event.tenant_id, event.type):
                 if entry.dest.id == row.about:

@@ -722,7 +722,7 @@ class DestinationService:
                 ) from exc
             instant_text, instant_ts = instant.text, instant.epoch
         payload = orjson.dumps(data)
-        if traceparent is not None and (problem := traceparent_problem(traceparent)):
+        if traceparent and (problem := traceparent_problem(traceparent)):
             log.warning("traceparent_ignored", event_id=event_id, reason=problem)
             traceparent = None
         await self.store.insert_outbox(
@@ -731,10 +731,12 @@ class DestinationService:
             type=type,
             data=payload,
             created_at=instant_text,
-            traceparent=traceparent,
+            traceparent=traceparent or None,
         )
         self._on_change()
-        return Event(event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent)
+        return Event(
+            event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent or None
+        )
 
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None) -> Overview:

@@ -36,12 +36,13 @@ async def test_the_column_round_trips_through_every_event_query(harness: Harness
     traced = h.produce("order.created", {"n": 1}, traceparent=TRACEPARENT)
     bad = h.produce("order.created", {"n": 2}, traceparent=INVALID)
     plain = h.produce("order.created", {"n": 3})
+    empty = h.produce("order.created", {"n": 4}, traceparent="")  # none given: no warning
     bad_seq = seq_of(h, bad)
     waiting = await h.store.get_outbox_event("default", traced)  # before the relay
     assert waiting is not None
     assert waiting.traceparent == TRACEPARENT
     with structlog.testing.capture_logs() as logs:
-        assert await h.relay.run_once() == 3
+        assert await h.relay.run_once() == 4
     # The invalid one costs the event nothing but its trace context, and is named.
     assert h.scalar("SELECT COUNT(*) FROM herald_outbox_rejected") == 0
     [warning] = [e for e in logs if e["event"] == "traceparent_ignored"]
@@ -52,7 +53,7 @@ async def test_the_column_round_trips_through_every_event_query(harness: Harness
     )
     assert "lower case" in warning["reason"]
     stored = dict(h.rows("SELECT id, traceparent FROM herald_events"))
-    assert stored == {traced: TRACEPARENT, bad: None, plain: None}
+    assert stored == {traced: TRACEPARENT, bad: None, plain: None, empty: None}
     for event_id, expected in ((traced, TRACEPARENT), (bad, None), (plain, None)):
         event = await h.store.get_event("default", event_id)
         assert event is not None
@@ -65,6 +66,7 @@ async def test_the_column_round_trips_through_every_event_query(harness: Harness
         traced: TRACEPARENT,
         bad: None,
         plain: None,
+        empty: None,
     }
 
 
