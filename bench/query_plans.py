@@ -123,7 +123,7 @@ CALLS = {
     "next_due_at": "store.next_due_at()",
     "list_deliveries": "service.list_deliveries(tenant, destination, status=failure;"
     " cursor of page 2, limit 20)",
-    "count_deliveries": "service.replay(same filter, dry_run=True): its count",
+    "count_deliveries": "service.replays.run(same filter, dry_run=True): its count",
     "purge_select": "store.purge(before=now - retention.days, limit=retention.batch_size):"
     " its selection",
 }
@@ -555,7 +555,7 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
     """Make each call of :data:`QUERIES` through Herald's own code; the statement each
     sent on ``herald_deliveries``. The claims lease 2 × ``claim_batch_size`` due
     deliveries and the purge deletes a batch, as they would in production."""
-    from herald.api.v2 import DEFAULT_LIMIT
+    from herald.api.request import DEFAULT_LIMIT
     from herald.model import DeliveryFilter, DeliveryStatus
 
     store, service, settings = comp.store, comp.service, comp.settings
@@ -586,7 +586,7 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
         "list_deliveries": lambda: service.list_deliveries(
             flt, before_id=cursor, limit=DEFAULT_LIMIT
         ),
-        "count_deliveries": lambda: service.replay(flt, by="bench", dry_run=True),
+        "count_deliveries": lambda: service.replays.run(flt, by="bench", dry_run=True),
         "purge_select": lambda: store.purge(
             before=shape.now - retention.days * DAY, limit=retention.batch_size
         ),

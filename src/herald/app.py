@@ -216,14 +216,13 @@ class Daemon:
         app = web.Application(client_max_size=s.api.max_body_bytes)
         own = s.metrics.listen is not None
         ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
-        v2.setup(
-            app,
+        v2.Api(
             parts.comp.service,
             settings=s,
             cursor_key=self.key,
             wake=parts.changed,
             metrics=self.metrics,
-        )
+        ).setup(app)
         console.setup(app, parts.comp.service, settings=s, wake=parts.changed)
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]

@@ -1,17 +1,18 @@
 """What a caller may send: the checks and limits of the fields of a request body.
 
-The service layer (herald.service) validates every body with these; the API's
-schemas (herald.api.schemas) document the same limits. Each limit is answered with
+The service layer (herald.service) validates every body with these, gathering
+every field's problem into one error (:class:`Problems`); the API's schemas
+(herald.api.schemas) document the same limits. Each limit is answered with
 a 422 naming the field (docs/security.md); the webhook's own limits (url,
 custom_headers) are in its config model (herald.adapters.webhook).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from herald.errors import BadRequest, ValidationError
+from herald.errors import BadRequest, HeraldError, ValidationError
 from herald.ingest import control_problem
 from herald.match import validate_event_type, validate_subscription
 
@@ -112,3 +113,39 @@ def config_lengths(used: str, raw: Mapping[str, Any]) -> None:
                 field=f"{used}.{key}",
                 code="too_long",
             )
+
+
+T = TypeVar("T")
+
+
+class Problems:
+    """The problems of one request body's fields, gathered so that one error names
+    them all (the first, with the others in its ``also``), as the API's ``errors``
+    array promises."""
+
+    def __init__(self) -> None:
+        self.found: list[HeraldError] = []
+
+    def check(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """``fn(*args, **kwargs)``, or None with its problem kept."""
+        try:
+            return fn(*args, **kwargs)
+        except (ValidationError, BadRequest) as exc:
+            self.add(exc)
+            return None
+
+    def add(self, exc: HeraldError) -> None:
+        """Keep ``exc`` and what rides with it, one problem per field."""
+        for problem in (exc, *exc.also):
+            if problem.field is None or not self.about(problem.field):
+                self.found.append(problem)
+
+    def about(self, field: str) -> bool:
+        return any(p.field == field for p in self.found)
+
+    def raise_any(self) -> None:
+        if self.found:
+            # A malformed field (400) leads, as it decides the status.
+            first, *rest = sorted(self.found, key=lambda p: not isinstance(p, BadRequest))
+            first.also = tuple(rest)
+            raise first

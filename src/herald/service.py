@@ -1,7 +1,11 @@
-"""Destination, delivery and event operations shared by the CLI and the REST API.
+"""Destination, delivery and event operations shared by the CLI, the REST API and
+the console.
 
 Every rule about what a caller may do lives here once: body validation, state
-transitions, verification, test pings, secret rotation, retry and replay.
+transitions, verification, test pings, secret rotation, retry. Replays are
+:mod:`herald.replays` (``DestinationService.replays``); the one audit line of a
+change is :func:`herald.audit.audit`; a body's field problems are gathered by
+:class:`herald.fields.Problems`.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 import structlog
@@ -18,9 +22,10 @@ from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
-from herald.errors import BadRequest, Conflict, HeraldError, NotFound, ValidationError
+from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.fields import (
     MAX_TYPE_LENGTH,
+    Problems,
     check_event_types,
     config_lengths,
     events_field,
@@ -30,7 +35,6 @@ from herald.fields import (
 from herald.ids import new_id
 from herald.ingest import event_id_problem, reserved_type_problem, traceparent_problem
 from herald.match import validate_event_type
-from herald.metrics import replay_source
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -44,38 +48,17 @@ from herald.model import (
     DueDelivery,
     Event,
     NewDelivery,
-    Replay,
-    ReplayOutcome,
     ReplayResult,
 )
+from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
 from herald.store import Store
 from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
-REPLAY_BATCH = 500
-REPLAY_IDS_KEPT = 100
 
-replay_log = structlog.get_logger("herald.replay")
 log = structlog.get_logger("herald.service")
-audit_log = structlog.get_logger("herald.audit")
-
-
-def audit(action: str, *, by: str, tenant_id: str, **fields: object) -> None:
-    """The one audit line of a change a person asked for, written alike by the CLI,
-    the API and the console: ``by`` names who (``cli:<OS user>``, ``api:<tenant>``,
-    ``console:<key id>``), ``fields`` the objects (ids, never a body or a secret)."""
-    audit_log.info(action, by=by, tenant_id=tenant_id, **fields)
-
-
-def update_fields(body: Mapping[str, Any]) -> dict[str, object]:
-    """What an update's audit line says it changed: the fields' names, and the status
-    it set (pause and resume are updates of the status)."""
-    out: dict[str, object] = {"changed": sorted(body)}
-    if isinstance(body.get("status"), str):
-        out["status"] = body["status"]
-    return out
 
 
 OVERVIEW_REJECTED_MAX = 1000
@@ -105,64 +88,6 @@ class Overview:
     """(destination id, name, failed deliveries) over the last hour, the most first."""
 
 
-def replay_filter(flt: DeliveryFilter) -> dict[str, Any]:
-    """The filter a replay used, as stored with it and shown in its JSON: the fields
-    that narrowed it, with times as RFC 3339 text."""
-    out: dict[str, Any] = {}
-    if flt.destination_id is not None:
-        out["destination_id"] = flt.destination_id
-    if flt.status is not None:
-        out["status"] = flt.status.value
-    if flt.event_types:
-        out["event_types"] = list(flt.event_types)
-    if flt.since is not None:
-        out["since"] = format_epoch(flt.since)
-    if flt.until is not None:
-        out["until"] = format_epoch(flt.until)
-    if flt.ids:
-        # An ids file may name thousands: the row keeps how many, and the first few.
-        out["delivery_ids"] = list(flt.ids[:REPLAY_IDS_KEPT])
-        if len(flt.ids) > REPLAY_IDS_KEPT:
-            out["delivery_id_count"] = len(flt.ids)
-    return out
-
-
-T = TypeVar("T")
-
-
-class Problems:
-    """The problems of one request body's fields, gathered so that one error names
-    them all (the first, with the others in its ``also``), as the API's ``errors``
-    array promises."""
-
-    def __init__(self) -> None:
-        self.found: list[HeraldError] = []
-
-    def check(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-        """``fn(*args, **kwargs)``, or None with its problem kept."""
-        try:
-            return fn(*args, **kwargs)
-        except (ValidationError, BadRequest) as exc:
-            self.add(exc)
-            return None
-
-    def add(self, exc: HeraldError) -> None:
-        """Keep ``exc`` and what rides with it, one problem per field."""
-        for problem in (exc, *exc.also):
-            if problem.field is None or not self.about(problem.field):
-                self.found.append(problem)
-
-    def about(self, field: str) -> bool:
-        return any(p.field == field for p in self.found)
-
-    def raise_any(self) -> None:
-        if self.found:
-            # A malformed field (400) leads, as it decides the status.
-            first, *rest = sorted(self.found, key=lambda p: not isinstance(p, BadRequest))
-            first.also = tuple(rest)
-            raise first
-
-
 class DestinationService:
     def __init__(
         self,
@@ -178,6 +103,8 @@ class DestinationService:
         self.policy = policy
         self.catalog = catalog or Catalog(store, registry)
         self._on_change = on_change
+        self.replays = Replays(store, on_change=on_change)
+        """Replays of deliveries (:mod:`herald.replays`)."""
 
     # --- destinations -------------------------------------------------------
     def _type_object(
@@ -557,132 +484,6 @@ class DestinationService:
         await self.store.requeue([delivery_id], now=time.time())
         self._on_change()
         return await self.get_delivery(tenant_id, delivery_id)
-
-    async def replay(
-        self,
-        flt: DeliveryFilter,
-        *,
-        by: str = "service",
-        dry_run: bool = False,
-        sample_size: int = 5,
-        rate_per_second: float | None = None,
-        progress: Callable[[int, int], None] = lambda done, total: None,
-    ) -> ReplayResult:
-        """Re-queue every delivery matching ``flt``, in batches; ``dry_run`` only counts.
-
-        Every replay that re-queues (the CLI's, the API's, the console's) is stored as
-        a :class:`Replay` with an id (``rpl_…``) before its first batch, and the
-        deliveries it re-queues carry that id, so its outcome can be counted later
-        (:meth:`get_replay`). ``flt.tenant_id`` None is an operator-wide replay. A dry
-        run stores nothing.
-
-        With ``rate_per_second``, re-queued deliveries become due in one-second
-        steps of that many, so a large replay never floods a recovering endpoint.
-        ``by`` says who asked (``cli:<OS user>``, ``api:<tenant>``); every replay,
-        dry or not, is logged here once with who, the filter and how many, so the
-        CLI and the API cannot drift apart in what the audit trail records.
-        """
-        check_event_types(flt.event_types)
-        # Only event deliveries are replayed (verifications and test pings are not):
-        # count and sample just those, so a dry run says what a real run re-queues.
-        flt = replace(flt, kind=DeliveryKind.EVENT)
-        total = await self.store.count_deliveries(flt)
-        sample, _ = await self.list_deliveries(flt, limit=sample_size)
-        record: Replay | None = None
-        if not dry_run:
-            record = Replay(
-                id=new_id("rpl_"),
-                tenant_id=flt.tenant_id,
-                filter=replay_filter(flt),
-                by=by,
-                created_at=time.time(),
-                matched=total,
-            )
-            await self.store.create_replay(record)
-            requeued = 0
-            if total:
-                requeued = await self._requeue_matching(
-                    flt, total, rate_per_second, progress, record.id
-                )
-            finished = time.time()
-            await self.store.update_replay(record.id, requeued=requeued, finished_at=finished)
-            # In the database, not this process: the daemons' /metrics count CLI replays.
-            await self.store.count_replay(replay_source(by), requeued)
-            record = replace(
-                record,
-                requeued=requeued,
-                finished_at=finished,
-                outcome=ReplayOutcome(pending=requeued),
-            )
-        replay_log.info(
-            "replay",
-            by=by,
-            replay_id=None if record is None else record.id,
-            tenant_id=flt.tenant_id,
-            destination_id=flt.destination_id,
-            status=flt.status.value if flt.status else None,
-            event_types=list(flt.event_types),
-            since=format_epoch(flt.since) if flt.since is not None else None,
-            until=format_epoch(flt.until) if flt.until is not None else None,
-            ids=len(flt.ids),
-            dry_run=dry_run,
-            matched=total,
-            requeued=0 if record is None else record.requeued,
-            rate_per_second=rate_per_second or None,
-        )
-        return ReplayResult(
-            total, 0 if record is None else record.requeued, sample, dry_run, record
-        )
-
-    async def _requeue_matching(
-        self,
-        flt: DeliveryFilter,
-        total: int,
-        rate_per_second: float | None,
-        progress: Callable[[int, int], None],
-        replay_id: str,
-    ) -> int:
-        step = max(int(rate_per_second), 1) if rate_per_second else None
-        requeued = 0
-        seen = 0
-        before: str | None = None
-        started = time.time()
-        while True:
-            batch = await self.store.list_deliveries(flt, before_id=before, limit=REPLAY_BATCH)
-            if not batch:
-                break
-            # Deliveries created after the replay began are not part of it.
-            ids = [d.id for d in batch if d.created_at <= started]
-            chunks = (
-                [ids] if step is None else [ids[i : i + step] for i in range(0, len(ids), step)]
-            )
-            for chunk in chunks:
-                due = time.time() if step is None else started + requeued // step
-                requeued += await self.store.requeue(chunk, now=due, replay_id=replay_id)
-            seen += len(batch)
-            before = batch[-1].id
-            # Progress is stored as it goes: a console follows a large replay from it.
-            await self.store.update_replay(replay_id, requeued=requeued, finished_at=None)
-            progress(min(seen, total), total)
-            self._on_change()
-        return requeued
-
-    async def get_replay(self, tenant_id: str | None, replay_id: str) -> Replay:
-        """A replay with its deliveries counted by status now; a tenant sees only its
-        own (``tenant_id`` None: an operator, who sees every one)."""
-        replay = await self.store.get_replay(tenant_id, replay_id)
-        if replay is None:
-            raise NotFound(f"no replay {replay_id}", code="replay_not_found")
-        return replay
-
-    async def list_replays(
-        self, tenant_id: str | None, *, before_id: str | None = None, limit: int = 20
-    ) -> tuple[list[Replay], bool]:
-        """Replays newest first with their outcomes (every tenant's if ``tenant_id`` is None)."""
-        rows = await self.store.list_replays(
-            tenant_id=tenant_id, before_id=before_id, limit=limit + 1
-        )
-        return rows[:limit], len(rows) > limit
 
     # --- events -------------------------------------------------------------
     async def publish(

@@ -128,30 +128,19 @@ class Tokens:
     async def open_token(self, token: str) -> TokenScope:
         """The scope of a ``tk_`` value not yet traded, its expiry extended; TokenRefused
         otherwise."""
-        digest = _digest(token, TOKEN_PREFIX)
-        row = await self._use("token", digest)
-        if row is None:
-            raise await self._refusal(digest, session=False)
-        return _scope(row)
+        return _scope(await self._open("token", token))
 
     async def trade(self, token: str) -> PortalSession:
         """Spend a ``tk_`` value for a portal session: once only, and extending the
         token like any use. The session secret opens it from then on."""
-        digest = _digest(token, TOKEN_PREFIX)
         secret = _new_secret(SESSION_PREFIX)
-        row = await self._use("trade", digest, session_hash=hash_api_key(secret))
-        if row is None:
-            raise await self._refusal(digest, session=False)
+        row = await self._open("trade", token, session_hash=hash_api_key(secret))
         log.info("token_traded", token_id=row.id, tenant_id=row.tenant_id)
         return PortalSession(secret, _scope(row))
 
     async def open_session(self, secret: str) -> TokenScope:
         """The scope of a portal session (each portal request), its expiry extended."""
-        digest = _digest(secret, SESSION_PREFIX)
-        row = await self._use("session", digest)
-        if row is None:
-            raise await self._refusal(digest, session=True)
-        return _scope(row)
+        return _scope(await self._open("session", secret))
 
     async def close_session(self, secret: str) -> bool:
         """Sign out: the session and its token end now. False if it was not open."""
@@ -161,14 +150,19 @@ class Tokens:
             return False
         return await self.store.close_session(digest, now=self.clock())
 
-    async def _use(
+    async def _open(
         self,
         how: Literal["token", "trade", "session"],
-        digest: str,
+        value: str,
         *,
         session_hash: str | None = None,
-    ) -> TokenRow | None:
-        return await self.store.use_token(
+    ) -> TokenRow:
+        """Use a ``tk_`` value (``token``; ``trade`` also stores ``session_hash``) or a
+        session's secret (``session``), extending its expiry; TokenRefused saying why
+        when it does not open."""
+        session = how == "session"
+        digest = _digest(value, SESSION_PREFIX if session else TOKEN_PREFIX)
+        row = await self.store.use_token(
             how,
             digest,
             now=self.clock(),
@@ -176,6 +170,9 @@ class Tokens:
             lifetime=LIFETIME_SECONDS,
             session_hash=session_hash,
         )
+        if row is None:
+            raise await self._refusal(digest, session=session)
+        return row
 
     async def _refusal(self, digest: str, *, session: bool) -> TokenRefused:
         state = await self.store.token_state(digest, session=session)

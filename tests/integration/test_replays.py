@@ -63,7 +63,7 @@ async def test_a_replay_is_stored_carried_and_counted(failed: Failed) -> None:
     h = failed.h
     flt = DeliveryFilter(tenant_id="default", status=DeliveryStatus.FAILURE)
 
-    dry = await h.service.replay(flt, dry_run=True, by="test:dry")
+    dry = await h.service.replays.run(flt, dry_run=True, by="test:dry")
     assert (dry.matched, dry.requeued, dry.replay) == (4, 0, None)
     assert h.scalar("SELECT COUNT(*) FROM herald_replays") == 0
     assert h.scalar("SELECT COUNT(*) FROM herald_deliveries WHERE replay_id IS NOT NULL") == 0
@@ -71,7 +71,7 @@ async def test_a_replay_is_stored_carried_and_counted(failed: Failed) -> None:
     paid = (await h.deliveries(event_types=("order.paid",)))[0]
     failed.still_bad.add(paid.event_id)
     t0 = time.time()
-    result = await h.service.replay(flt, by="test:ops")
+    result = await h.service.replays.run(flt, by="test:ops")
     replay = result.replay
     assert replay is not None
     assert replay.id.startswith("rpl_")
@@ -85,27 +85,27 @@ async def test_a_replay_is_stored_carried_and_counted(failed: Failed) -> None:
     assert replay.finished_at is not None
     assert t0 <= replay.finished_at <= time.time()
 
-    stored = await h.service.get_replay("default", replay.id)
+    stored = await h.service.replays.get("default", replay.id)
     assert stored.outcome == ReplayOutcome(pending=4)
     assert (stored.requeued, stored.finished_at) == (4, replay.finished_at)
     for d in await h.deliveries(kind=None):
         assert d.replay_id == (replay.id if d.kind.value == "event" else None)
 
     await settle(h)
-    stored = await h.service.get_replay("default", replay.id)
+    stored = await h.service.replays.get("default", replay.id)
     assert stored.outcome == ReplayOutcome(succeeded=3, failed=1)
 
     # A second replay of one of them takes it over: the first counts one less.
-    again = await h.service.replay(
+    again = await h.service.replays.run(
         DeliveryFilter(tenant_id="default", ids=(paid.id,)), by="test:ops"
     )
     assert again.replay is not None
     assert again.replay.filter == {"delivery_ids": [paid.id]}
     assert (await h.delivery(paid.id)).replay_id == again.replay.id
-    first = await h.service.get_replay("default", replay.id)
+    first = await h.service.replays.get("default", replay.id)
     assert first.outcome == ReplayOutcome(succeeded=3)
     assert first.requeued == 4  # what it re-queued then stays recorded
-    second = await h.service.get_replay("default", again.replay.id)
+    second = await h.service.replays.get("default", again.replay.id)
     assert second.outcome == ReplayOutcome(pending=1)
     owned = await h.service.list_deliveries(
         DeliveryFilter(tenant_id="default", replay_id=replay.id)
@@ -119,25 +119,25 @@ async def test_a_replay_is_stored_carried_and_counted(failed: Failed) -> None:
     assert (await h.delivery(paid.id)).replay_id == again.replay.id
 
     # Newest first, outcomes included; a tenant sees only its own.
-    listed, more = await h.service.list_replays("default")
+    listed, more = await h.service.replays.page("default")
     assert ([r.id for r in listed], more) == ([again.replay.id, replay.id], False)
     assert listed[1].outcome == ReplayOutcome(succeeded=3)
-    page, more = await h.service.list_replays("default", limit=1)
+    page, more = await h.service.replays.page("default", limit=1)
     assert ([r.id for r in page], more) == ([again.replay.id], True)
-    page, more = await h.service.list_replays("default", before_id=again.replay.id, limit=1)
+    page, more = await h.service.replays.page("default", before_id=again.replay.id, limit=1)
     assert ([r.id for r in page], more) == ([replay.id], False)
-    assert await h.service.list_replays("globex") == ([], False)
+    assert await h.service.replays.page("globex") == ([], False)
     with pytest.raises(NotFound) as refused:
-        await h.service.get_replay("globex", replay.id)
+        await h.service.replays.get("globex", replay.id)
     assert refused.value.code == "replay_not_found"
-    assert (await h.service.get_replay(None, replay.id)).id == replay.id
+    assert (await h.service.replays.get(None, replay.id)).id == replay.id
 
 
 async def test_an_operator_wide_replay_has_no_tenant_and_no_tenant_sees_it(
     failed: Failed,
 ) -> None:
     h = failed.h
-    result = await h.service.replay(
+    result = await h.service.replays.run(
         DeliveryFilter(event_types=("order.created",), since=0.0), by="console:k1"
     )
     assert result.replay is not None
@@ -147,17 +147,17 @@ async def test_an_operator_wide_replay_has_no_tenant_and_no_tenant_sees_it(
         "since": "1970-01-01T00:00:00.000000Z",
     }
     with pytest.raises(NotFound):
-        await h.service.get_replay("default", result.replay.id)
-    assert await h.service.list_replays("default") == ([], False)
-    everyone, _ = await h.service.list_replays(None)
+        await h.service.replays.get("default", result.replay.id)
+    assert await h.service.replays.page("default") == ([], False)
+    everyone, _ = await h.service.replays.page(None)
     assert [r.id for r in everyone] == [result.replay.id]
     assert everyone[0].outcome == ReplayOutcome(pending=3)
 
 
 async def test_a_replay_that_matches_nothing_is_stored_with_zero(harness: Harness) -> None:
-    result = await harness.service.replay(DeliveryFilter(tenant_id="default"), by="t")
+    result = await harness.service.replays.run(DeliveryFilter(tenant_id="default"), by="t")
     assert result.replay is not None
-    replay = await harness.service.get_replay("default", result.replay.id)
+    replay = await harness.service.replays.get("default", result.replay.id)
     assert (replay.matched, replay.requeued, replay.outcome) == (0, 0, ReplayOutcome())
     assert replay.finished_at is not None
 
@@ -182,7 +182,7 @@ async def test_the_outcome_count_reads_the_replay_index(harness: Harness) -> Non
 
 async def test_retention_forgets_a_replay_once_no_delivery_carries_it(failed: Failed) -> None:
     h = failed.h
-    result = await h.service.replay(DeliveryFilter(tenant_id="default"), by="t")
+    result = await h.service.replays.run(DeliveryFilter(tenant_id="default"), by="t")
     assert result.replay is not None
     await settle(h)
     h.db.execute("UPDATE herald_replays SET created_at = created_at - 7200")

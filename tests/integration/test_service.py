@@ -319,7 +319,7 @@ async def test_operations_are_scoped_to_the_tenant(
             await call()
     listed, more = await h.service.list_destinations("globex")
     assert (listed, more) == ([], False)
-    replay = await h.service.replay(DeliveryFilter(tenant_id="globex"))
+    replay = await h.service.replays.run(DeliveryFilter(tenant_id="globex"))
     assert (replay.matched, replay.requeued) == (0, 0)
     same = await h.service.get("acme", dest.id)
     assert (same.name, same.status, same.deleted) == ("orders", DestinationStatus.ACTIVE, False)
@@ -512,14 +512,14 @@ async def test_replay_dry_run_changes_nothing_and_replay_requeues_exactly_the_ma
     )
 
     snapshot = h.rows("SELECT * FROM herald_deliveries ORDER BY id")
-    dry = await h.service.replay(flt, dry_run=True)
+    dry = await h.service.replays.run(flt, dry_run=True)
     assert (dry.matched, dry.requeued, dry.dry_run) == (2, 0, True)
     assert sorted(d.id for d in dry.sample) == wanted
     assert h.rows("SELECT * FROM herald_deliveries ORDER BY id") == snapshot
 
     progress: list[tuple[int, int]] = []
     t0 = time.time()
-    result = await h.service.replay(
+    result = await h.service.replays.run(
         flt, progress=lambda done, total: progress.append((done, total))
     )
     assert (result.matched, result.requeued, result.dry_run) == (2, 2, False)

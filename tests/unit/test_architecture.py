@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.apikeys",
         "herald.metrics",
         "herald.tracing",
+        "herald.audit",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
     # parsing, what recorded attempts signal.
@@ -57,7 +58,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.handover",
     ),
     # The engine's loops and the operations people call.
-    ("herald.dispatch", "herald.outbox", "herald.service", "herald.tokens"),
+    ("herald.dispatch", "herald.outbox", "herald.service", "herald.replays", "herald.tokens"),
     # Faces and wiring.
     ("herald.wiring", "herald.workers", "herald.api", "herald.console"),
     ("herald.app",),

@@ -62,7 +62,9 @@ def test_both_dialects_define_the_same_queries_but_their_own() -> None:
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_every_query_the_code_runs_exists_and_every_query_is_run(dialect: str) -> None:
-    used = used_names(STORE / "sqlstore.py") | used_names(STORE / f"{dialect}.py")
+    # The shared parts of the store and this dialect's module; never the other dialect's.
+    other = {"sqlite": "postgres", "postgres": "sqlite"}[dialect]
+    used = set().union(*(used_names(p) for p in STORE.glob("*.py") if p.stem != other))
     defined = set(load_queries(dialect))
     missing = used - defined
     assert missing <= set(GUARDED)
@@ -96,9 +98,24 @@ def test_blocks_parse_into_one_line_statements_without_comments() -> None:
     }
 
 
+def test_a_fragment_is_written_into_the_queries_that_name_it_and_is_no_query() -> None:
+    text = (
+        "-- _cols --\n-- shared select list\na,\n  b\n\n"
+        "-- one --\nSELECT {_cols} FROM t\n\n-- two --\nSELECT {_cols} FROM u WHERE {where}\n"
+    )
+    assert parse_queries(text) == {
+        "one": "SELECT a, b FROM t",
+        "two": "SELECT a, b FROM u WHERE {where}",
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("-- a --\nSELECT 1\n-- a --\nSELECT 2\n", "twice"), ("-- a --\n-- nothing\n", "empty")],
+    [
+        ("-- a --\nSELECT 1\n-- a --\nSELECT 2\n", "twice"),
+        ("-- a --\n-- nothing\n", "empty"),
+        ("-- _f --\nx\n-- a --\nSELECT 1\n", "used by no query"),
+    ],
 )
 def test_a_broken_file_is_refused(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from herald.model import DeliveryFilter, DeliveryStatus, ReplayOutcome
-from herald.service import REPLAY_IDS_KEPT, replay_filter
+from herald.replays import REPLAY_IDS_KEPT, replay_filter
 from herald.store.rows import replay_outcomes
 
 

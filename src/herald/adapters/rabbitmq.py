@@ -40,7 +40,6 @@ field: encrypted at rest, masked on output, never logged.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import ssl
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from herald.adapters.amqp_transport import PinnedTransport, pinned_connection_class
 from herald.adapters.base import (
     AdapterContext,
     DestinationConfig,
@@ -78,9 +78,6 @@ IDLE_CLOSE_SECONDS = 300.0
 """A connection (or channel) no attempt used for this long is closed."""
 RECONNECT_INTERVAL_SECONDS = 2.0
 """Pause between the robust connection's reconnect attempts while the broker is away."""
-MAX_FRAME_BYTES = 8 * 1024 * 1024
-"""Largest AMQP frame Herald reads (brokers negotiate 128 KiB by default): a peer that
-announces more is not a broker Herald talks to."""
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
 _TRUE = frozenset({"true", "on"})
@@ -307,90 +304,6 @@ def _prepare(dest: Destination, config: RabbitMQConfig) -> _Prepared:
     )
 
 
-class _BoundedReader(asyncio.StreamReader):
-    """A stream reader that refuses to wait for a frame larger than MAX_FRAME_BYTES.
-
-    aiormq reads a frame by its declared length (``readexactly``) without a bound, so
-    a peer that declares a frame of gigabytes and streams it would make Herald buffer
-    all of it (about 1 GB in 3 s on loopback) before the attempt's deadline ends it.
-    """
-
-    async def readexactly(self, n: int) -> bytes:
-        if n > MAX_FRAME_BYTES:
-            raise ConnectionError(
-                f"the peer announced a frame of over {MAX_FRAME_BYTES} bytes ({n} to read);"
-                " not an AMQP broker Herald talks to"
-            )
-        return await super().readexactly(n)
-
-
-class _Transport:
-    """aiormq's transport factory (its documented ``transport_factory`` hook): the
-    socket goes to the checked ``addresses`` — the pinned one, then the others the
-    same check permitted, in turn, as asyncio would try a name's addresses — and TLS
-    verifies ``server_hostname`` (the broker's name); frames are read through
-    :class:`_BoundedReader`."""
-
-    def __init__(
-        self,
-        addresses: list[str],
-        context: ssl.SSLContext | None,
-        server_hostname: str | None,
-    ) -> None:
-        self._addresses = addresses
-        self._context = context
-        self._server_hostname = server_hostname
-
-    async def create(
-        self, url: Any, **kwargs: Any
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        from aiormq.exceptions import AMQPConnectionError
-
-        loop = asyncio.get_running_loop()
-        failure: OSError | None = None
-        for address in self._addresses:
-            reader = _BoundedReader(limit=2**16, loop=loop)
-            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-            try:
-                transport, _ = await loop.create_connection(
-                    functools.partial(_as_is, protocol),
-                    address,
-                    url.port,
-                    ssl=self._context,
-                    server_hostname=self._server_hostname if self._context is not None else None,
-                )
-            except OSError as exc:
-                failure = exc
-                continue
-            return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
-        assert failure is not None
-        raise AMQPConnectionError(*failure.args) from failure
-
-
-def _as_is(value: Any) -> Any:
-    return value
-
-
-@functools.cache
-def _connection_class() -> type[aio_pika.RobustConnection]:
-    """aio-pika's robust connection, also passing ``transport_factory`` on to aiormq.
-
-    aio-pika forwards to aiormq only the connection parameters it declares
-    (``PARAMETERS``, its extension point); aiormq opens the socket through the
-    ``transport_factory`` it is given.
-    """
-    import aio_pika
-    from aio_pika.abc import ConnectionParameter
-
-    class Connection(aio_pika.RobustConnection):
-        PARAMETERS = (
-            *aio_pika.RobustConnection.PARAMETERS,
-            ConnectionParameter(name="transport_factory", parser=_as_is, is_kwarg=True),
-        )
-
-    return Connection
-
-
 class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
     type_id = "rabbitmq"
     aliases = ("amqp_broker",)
@@ -441,7 +354,7 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
         key = prep.key
         context = await asyncio.to_thread(ssl.create_default_context) if key.tls else None
         # The socket goes to the address; TLS checks the broker's name.
-        transport = _Transport(addresses, context, key.host if key.tls else None)
+        transport = PinnedTransport(addresses, context, key.host if key.tls else None)
         url = aio_pika.connection.make_url(
             host=addresses[0],
             port=key.port,
@@ -451,7 +364,7 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
             ssl=key.tls,
         )
         bound = min(CONNECT_TIMEOUT_SECONDS, self.timeout)
-        connection = _connection_class()(
+        connection = pinned_connection_class()(
             url,
             ssl_context=context,
             reconnect_interval=RECONNECT_INTERVAL_SECONDS,

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from herald.api.errors import from_pydantic
 from herald.api.jsonbody import parse_body
 from herald.errors import BadRequest, ValidationError
-from herald.service import Problems
+from herald.fields import Problems
 from herald.timeutil import parse_when
 
 JSON_TYPES = re.compile(r"^(application/json|text/json|application/[a-z0-9.+-]+\+json)$")

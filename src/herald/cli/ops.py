@@ -81,7 +81,7 @@ async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
     rate = args.rate if args.rate is not None else settings.delivery.replay_rate_per_second
     async with components(settings) as comp:
-        result = await comp.service.replay(
+        result = await comp.service.replays.run(
             flt,
             by=f"cli:{os_user()}",
             dry_run=args.dry_run,
@@ -123,7 +123,7 @@ async def _follow(
     tenant = None if args.all_tenants else args.tenant
     async with components(settings) as comp:
         while True:
-            replay = await comp.service.get_replay(tenant, replay_id)
+            replay = await comp.service.replays.get(tenant, replay_id)
             view = replay_view(replay)
             out = view["outcome"]
             done = out["succeeded"] + out["failed"]
@@ -154,14 +154,14 @@ async def cmd_replays(settings: Settings, args: argparse.Namespace) -> int:
     tenant = None if getattr(args, "all_tenants", False) else args.tenant
     async with components(settings) as comp:
         if args.action == "show":
-            replay = await comp.service.get_replay(tenant, args.id)
+            replay = await comp.service.replays.get(tenant, args.id)
             view = replay_view(replay)
             if args.json:
                 print_json(view)
             else:
                 print_replay(view)
             return EXIT_OK
-        items, has_more = await comp.service.list_replays(tenant, limit=args.limit)
+        items, has_more = await comp.service.replays.page(tenant, limit=args.limit)
     views = [replay_view(r) for r in items]
     if args.json:
         print_json(list_view(views, has_more=has_more, next_cursor=None, request_id="cli"))

@@ -153,31 +153,32 @@ def build_parser() -> argparse.ArgumentParser:
         ],
     )
     dc.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
-    for action, text in (
-        ("show", "the whole destination: target, events, status (credentials masked)"),
-        ("delete", "delete the destination; its pending deliveries end as failure"),
-        ("verify", "send a new verification ping (a destination becomes active on success)"),
-        ("test", "send a test.ping now and show the attempt"),
+    # The commands on one destination, by id: (name, help, what follows the id in the example).
+    by_id: dict[str, argparse.ArgumentParser] = {}
+    for action, text, example in (
+        ("show", "the whole destination: target, events, status (credentials masked)", ""),
+        ("delete", "delete the destination; its pending deliveries end as failure", ""),
+        ("verify", "send a new verification ping (a destination becomes active on success)", ""),
+        ("test", "send a test.ping now and show the attempt", ""),
+        (
+            "update",
+            "change name, events, status or config (the API's PATCH body)",
+            ' --data \'{"status": "inactive"}\'',
+        ),
+        (
+            "rotate-secret",
+            "a new webhook signing secret, shown once; the old one signs for 24 h more",
+            "",
+        ),
     ):
-        command(action, [scoped], text, [f"herald destinations {action} evtd_…"]).add_argument(
-            "id", help="the destination's id (evtd_…)"
+        by_id[action] = command(
+            action, [scoped], text, [f"herald destinations {action} evtd_…{example}"]
         )
-    du = command(
-        "update",
-        [scoped],
-        "change name, events, status or config (the API's PATCH body)",
-        ['herald destinations update evtd_… --data \'{"status": "inactive"}\''],
+        by_id[action].add_argument("id", help="the destination's id (evtd_…)")
+    by_id["update"].add_argument("--data", required=True, help="the API's JSON body, or @file.json")
+    by_id["rotate-secret"].add_argument(
+        "--secret", help="the new whsec_ secret (default: generate one)"
     )
-    du.add_argument("id", help="the destination's id (evtd_…)")
-    du.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
-    dr = command(
-        "rotate-secret",
-        [scoped],
-        "a new webhook signing secret, shown once; the old one signs for 24 h more",
-        ["herald destinations rotate-secret evtd_…"],
-    )
-    dr.add_argument("id", help="the destination's id (evtd_…)")
-    dr.add_argument("--secret", help="the new whsec_ secret (default: generate one)")
 
     deliveries = _group(sub, "deliveries", "event deliveries: list and show, with their attempts")
     command = functools.partial(_command, deliveries)

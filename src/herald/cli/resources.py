@@ -50,7 +50,7 @@ async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace, action: str, **fields: object) -> None:
-    from herald.service import audit
+    from herald.audit import audit
 
     audit(action, by=f"cli:{os_user()}", tenant_id=args.tenant, **fields)
 
@@ -82,7 +82,7 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
         elif action == "show":
             dest = await svc.get(args.tenant, args.id)
         elif action == "update":
-            from herald.service import update_fields
+            from herald.audit import update_fields
 
             body = json_object(read_body(args.data))
             dest = await svc.update(args.tenant, args.id, body)

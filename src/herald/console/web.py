@@ -27,6 +27,7 @@ from aiohttp import web
 
 from herald.api.ratelimit import Decision, request_limiters
 from herald.api.server import read_body
+from herald.audit import audit, update_fields
 from herald.config import Settings
 from herald.console import charts, forms
 from herald.console.session import (
@@ -42,7 +43,7 @@ from herald.console.session import (
 from herald.errors import BadRequest, HeraldError, NotFound
 from herald.ids import new_id
 from herald.model import DeliveryFilter, DeliveryStatus, DestinationStatus
-from herald.service import DestinationService, audit, update_fields
+from herald.service import DestinationService
 from herald.timeutil import format_epoch, parse_timestamp
 from herald.views import delivery_view, destination_view
 

@@ -1,11 +1,13 @@
 """What the store's callers and its parts share: records it answers with, the relay's
-hand-in, and the migrations' loader. The store itself is :mod:`herald.store.sqlstore`."""
+hand-in, the migrations' loader and the check that refuses a newer schema. The store
+itself is :mod:`herald.store.sqlstore`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from herald.errors import StorageError
 from herald.model import (
     OutboxRow,
     RelayPlan,
@@ -86,3 +88,13 @@ tenants may use the same one."""
 RelayProcessor = Callable[[list[OutboxRow], set[EventKey]], RelayPlan]
 """Turns raw outbox rows (and the keys of those among them already stored as events)
 into a plan."""
+
+
+def check_migrations(known: list[tuple[int, str, str]], done: set[int]) -> None:
+    """Refuse a database migrated by a newer Herald than this one."""
+    newest = max((v for v, _, _ in known), default=0)
+    if done and max(done) > newest:
+        raise StorageError(
+            f"database schema version {max(done)} is newer than this Herald ({newest});"
+            " upgrade Herald"
+        )

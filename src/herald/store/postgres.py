@@ -24,10 +24,10 @@ from herald.errors import StorageError
 from herald.model import OutboxRow
 from herald.retry import retry_storage
 from herald.signals import DEFAULT_FAILING_AFTER
-from herald.store.base import load_migrations
+from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.queries import load_queries
-from herald.store.sqlstore import SQLStore, check_migrations
+from herald.store.sqlstore import SQLStore
 
 log = structlog.get_logger("herald.store")
 

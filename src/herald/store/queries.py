@@ -2,7 +2,9 @@
 
 The blocks follow procrastinate's ``queries.sql``: a line ``-- name --`` opens a
 query, optional ``-- …`` comment lines describe it, and the SQL runs to the next
-block. Files are parsed once per process; callers look queries up by name.
+block. A block whose name starts with ``_`` is a fragment, not a query: the queries
+that say ``{_name}`` get its text, so a select list two queries share is written once.
+Files are parsed once per process; callers look queries up by name.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import functools
 import re
 from importlib import resources
 
-_HEADER = re.compile(r"^-- ([a-z][a-z0-9_]*) --[ \t]*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (_?[a-z][a-z0-9_]*) --[ \t]*$", re.MULTILINE)
 
 DIALECT_ONLY: dict[str, frozenset[str]] = {
     # SQLite's single writer claims in two statements, reads before locking when idle,
@@ -51,8 +53,9 @@ DIALECT_ONLY: dict[str, frozenset[str]] = {
 
 
 def parse_queries(text: str) -> dict[str, str]:
-    """``{name: SQL}`` of ``text``'s blocks; each statement's lines are joined by a
-    space, with comment lines dropped (what the drivers send, and logs show, is one line)."""
+    """``{name: SQL}`` of ``text``'s blocks, fragments filled in; each statement's lines
+    are joined by a space, with comment lines dropped (what the drivers send, and logs
+    show, is one line)."""
     parts = _HEADER.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -65,6 +68,15 @@ def parse_queries(text: str) -> dict[str, str]:
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
         queries[name] = sql
+    fragments = {name: sql for name, sql in queries.items() if name.startswith("_")}
+    for name in fragments:
+        del queries[name]
+        slot = "{" + name + "}"
+        users = [q for q, sql in queries.items() if slot in sql]
+        if not users:
+            raise ValueError(f"fragment {name!r} is used by no query")
+        for q in users:
+            queries[q] = queries[q].replace(slot, fragments[name])
     return queries
 
 

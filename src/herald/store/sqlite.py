@@ -18,26 +18,32 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import structlog
 import tenacity
 
 from herald.crypto import SecretBox
 from herald.errors import StorageError
 from herald.model import OutboxRow
 from herald.signals import DEFAULT_FAILING_AFTER
-from herald.store.base import load_migrations
+from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
+from herald.store.fswatch import FileWatch
 from herald.store.queries import load_queries
-from herald.store.sqlstore import SQLStore, check_migrations
+from herald.store.sqlstore import SQLStore
 from herald.timeutil import parse_timestamp
 
 # The commit check of an idle daemon (SQLiteDialect.watch_outbox): after a second
 # without commits it looks every 50 ms instead of every relay.poll_interval_seconds.
-# Each look is an event-loop wake-up, about 0.3 ms of CPU on the 2-core test guest:
-# 50 a second were the bulk of the old idle cost, 20 keep a first row after a quiet
-# spell within 50 ms (bench idle: 1.13 % of a core in all, against 5.67 % when every
-# look was a query; docs/performance.md).
+# Without inotify (not Linux) the commit check polls. Each look is an event-loop
+# wake-up, about 0.3 ms of CPU on the 2-core test guest: 20 a second once quiet
+# keep a first row after a quiet spell within 50 ms (bench idle: 1.13 % of a core;
+# with inotify an idle daemon does not look at all; docs/performance.md).
 QUIET_AFTER_SECONDS = 1.0
 QUIET_LOOK_SECONDS = 0.05
+# After a write to the database's files, the first look for its commit.
+RELOOK_FIRST_SECONDS = 0.002
+
+log = structlog.get_logger("herald.store")
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -272,14 +278,17 @@ class SQLiteDialect(NamedQueries):
             return None
 
     async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
-        """Look every ``every`` seconds whether any other connection, in any process,
-        committed to the database, and call ``callback`` when one did.
+        """Call ``callback`` when any other connection, in any process, committed to
+        the database: looked at when a file of it is written, at most every ``every``
+        seconds.
 
         SQLite has no notifications across processes. ``PRAGMA data_version`` changes
         exactly when another connection commits; asked on a connection of its own in
         the event loop's thread it costs microseconds, where a relay pass through
-        aiosqlite's thread costs about a millisecond. So an idle daemon looks often
-        and queries only when something was written.
+        aiosqlite's thread costs about a millisecond. On Linux an inotify watch on
+        the database's directory (``fswatch``) says when to ask, so an idle daemon
+        does not wake at all; elsewhere it asks every ``every`` seconds, and every
+        ``QUIET_LOOK_SECONDS`` once nothing was committed for a second.
         """
         if self._watch is None:
             self._watch = asyncio.create_task(
@@ -289,11 +298,20 @@ class SQLiteDialect(NamedQueries):
 
     async def _watch_commits(self, callback: Callable[[], None], every: float) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # A commit writes the -wal file (or, in rollback-journal mode, the database).
+        name = self.path.name
+        watch = FileWatch.open(self.path.parent, (name, f"{name}-wal", f"{name}-journal"))
+        log.info(
+            "sqlite_commit_watch",
+            mode="inotify" if watch is not None else "poll",
+            directory=str(self.path.parent.resolve()),
+        )
         try:
             # Never wait on a lock in the event loop: busy means someone is writing.
             conn.execute("PRAGMA busy_timeout=0")
             last: object = None
-            quiet_since = time.monotonic()
+            quiet_since = written_at = time.monotonic()
+            relook = RELOOK_FIRST_SECONDS
             while True:
                 try:
                     # Stepped to the end and closed: a statement left open would keep
@@ -304,13 +322,35 @@ class SQLiteDialect(NamedQueries):
                 except sqlite3.Error:
                     version = None  # busy or failing: let the relay look (and report)
                 now = time.monotonic()
-                if version != last or version is None:
+                changed = version != last or version is None
+                if changed:
                     last = version
                     quiet_since = now
                     callback()
+                if watch is not None:
+                    if changed:
+                        # At most one look per ``every`` however busy the writers:
+                        # their writes meanwhile end the next wait at once.
+                        await asyncio.sleep(every)
+                    elif now - written_at < QUIET_AFTER_SECONDS:
+                        # A writer writes the -wal (and syncs it) before it publishes
+                        # the commit in the shared-memory index, which inotify does
+                        # not see: look again soon, then less often, for a second.
+                        await asyncio.sleep(relook)
+                        relook = min(relook * 2, every)
+                        continue
+                    if await watch.written():
+                        written_at = time.monotonic()
+                        relook = RELOOK_FIRST_SECONDS
+                        continue
+                    watch.close()
+                    watch = None
+                    log.warning("sqlite_commit_watch", mode="poll", why="the directory went away")
                 quiet = now - quiet_since >= QUIET_AFTER_SECONDS
                 await asyncio.sleep(max(every, QUIET_LOOK_SECONDS) if quiet else every)
         finally:
+            if watch is not None:
+                watch.close()
             conn.close()
 
     # --- operations whose algorithm differs -------------------------------

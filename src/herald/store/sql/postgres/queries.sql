@@ -27,17 +27,20 @@ SELECT value FROM herald_meta WHERE key = 'destinations_version'
 -- bump_version --
 UPDATE herald_meta SET value = value + 1 WHERE key = 'destinations_version'
 
--- relay_claim --
+-- _outbox_row --
+-- An outbox row as the relay parses it (herald.ingest.parse_row), its text as bytes.
 -- Timestamps rendered the way SQLite stores them. Instants RFC 3339 cannot express keep
 -- a form the relay rejects: 'infinity' as such (to_char gives NULL), a BC date with its
 -- era (to_char gives the bare year)
-SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),
+seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),
   convert_to(data::text, 'UTF8'),
   convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
     ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
     || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
   about_destination, convert_to(traceparent, 'UTF8')
-FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
+
+-- relay_claim --
+SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
 
 -- relay_existing --
 -- (tenant, id) of the batch's ids already stored: an id is unique per tenant only. One
@@ -102,13 +105,7 @@ FROM herald_outbox_rejected WHERE $2::text IS NULL OR tenant_id = $2
 ORDER BY seq DESC LIMIT $1
 
 -- outbox_event --
-SELECT seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UTF8'),
-  convert_to(data::text, 'UTF8'),
-  convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
-    ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-    || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
-  about_destination, convert_to(traceparent, 'UTF8')
-FROM herald_outbox WHERE id = $1 AND tenant_id = $2
+SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 
 -- claim --
 -- The subquery's next_attempt_at is the old one: when each was due. {since}: the

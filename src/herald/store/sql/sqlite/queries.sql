@@ -28,11 +28,14 @@ UPDATE herald_meta SET value = value + 1 WHERE key = 'destinations_version'
 -- An idle relay's look before it takes the write lock
 SELECT 1 FROM herald_outbox LIMIT 1
 
--- relay_claim --
--- Text columns read as bytes: one row of invalid UTF-8 must not fail the batch
-SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
+-- _outbox_row --
+-- An outbox row as the relay parses it (herald.ingest.parse_row). Text columns read as
+-- bytes: one row of invalid UTF-8 must not fail the batch
+seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
   CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination, CAST(traceparent AS BLOB)
-FROM herald_outbox ORDER BY seq LIMIT ?1
+
+-- relay_claim --
+SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT ?1
 
 -- relay_existing --
 -- (tenant, id) of the batch's ids already stored: an id is unique per tenant only
@@ -79,9 +82,7 @@ FROM herald_outbox_rejected WHERE ?2 IS NULL OR tenant_id = ?2
 ORDER BY seq DESC LIMIT ?1
 
 -- outbox_event --
-SELECT seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
-  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination, CAST(traceparent AS BLOB)
-FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
+SELECT {_outbox_row} FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 
 -- claim_select --
 -- Plain ? in order: {where} adds a due_since bound and excluded destinations per call

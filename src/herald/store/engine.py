@@ -1,0 +1,302 @@
+"""The store's part on the engine's path: the relay's claim of outbox rows, the
+dispatcher's claim and leases of due deliveries, the recorder's write of attempts
+with what they signal, and the instances that hold leases."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from herald.errors import Conflict, StorageError
+from herald.model import (
+    AttemptRecord,
+    DeliveryKind,
+    DueDelivery,
+    Instance,
+    OutboxRow,
+    Recorded,
+    RelayPlan,
+)
+from herald.signals import (
+    DestinationState,
+    destinations_of,
+    ended_in_failure,
+    episodes,
+    exhausted,
+    outbox_row,
+    verification_failed,
+)
+from herald.store.base import STALE_CATALOG, RelayProcessor
+from herald.store.dialect import Claim, Conn
+from herald.store.part import StorePart
+from herald.store.rows import attempt_to_row, event_from_row, instance_from_row, instance_to_row
+
+
+class EngineStore(StorePart):
+    """The outbox, due deliveries and their leases, recorded attempts, instances."""
+
+    failing_after: int
+    """The consecutive failed attempts that make a destination failing."""
+    # After a relay pass that found the outbox empty, the next one first looks with
+    # a plain read where the dialect wants it (SQLite: no lock in WAL mode) and
+    # writes only when there are rows: an idle relay polls often, and must not
+    # hold up a producer's transaction 50 times a second.
+    _outbox_idle: bool = False
+
+    # --- outbox -----------------------------------------------------------
+    async def relay(
+        self, limit: int, process: RelayProcessor, *, destinations_version: int | None = None
+    ) -> tuple[RelayPlan, int]:
+        """Claim up to ``limit`` outbox rows in ``seq`` order, apply ``process``'s plan
+        and delete the rows, all in one transaction; returns the plan and the row count.
+
+        With ``destinations_version``, nothing is claimed and the count is
+        ``STALE_CATALOG`` when destinations changed since the caller's catalog was
+        built: fanning out with it could miss a destination created just before.
+
+        Deliveries planned with a ``lease_owner`` are stored claimed by it; the
+        plan's ``leased`` lists those that really are. One the committed status of
+        its destination holds (a change after the version check) is stored unleased
+        and due now instead, and one whose destination is gone is not stored."""
+        d = self.dialect
+        if self._outbox_idle and not await d.read("outbox_any"):
+            return RelayPlan(), 0
+        self._outbox_idle = False
+        async with d.tx() as c:
+            if destinations_version is not None:
+                current = await d.fetchval(c, "destinations_version")
+                if int(current) != destinations_version:
+                    return RelayPlan(), STALE_CATALOG
+            rows = [OutboxRow(*r) for r in await d.fetch(c, "relay_claim", limit)]
+            if not rows:
+                self._outbox_idle = d.idle_read
+                return RelayPlan(), 0
+            ids = [r.id.decode("utf-8", "replace") for r in rows if r.id is not None]
+            existing = {(r[0], r[1]) for r in await d.fetch(c, "relay_existing", ids)}
+            plan = process(rows, existing)
+            now = time.time()
+            await self._insert_events(c, plan.events, now)
+            plan.leased = await self._insert_deliveries(c, plan.deliveries, now)
+            if plan.rejected:
+                await d.executemany(
+                    c,
+                    "relay_reject",
+                    [
+                        (r.seq, r.id, r.tenant_id, r.type, r.data, r.created_at, r.reason, now)
+                        for r in plan.rejected
+                    ],
+                )
+            await d.execute(c, "relay_delete", *d.outbox_delete_args(rows))
+            return plan, len(rows)
+
+    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+        """Call ``callback`` when producers may have inserted outbox rows (PostgreSQL
+        notifies; on SQLite a cheap look every ``every`` seconds); False if unsupported."""
+        return await self.dialect.watch_outbox(callback, every=every)
+
+    async def insert_outbox(
+        self,
+        *,
+        id: str,
+        tenant_id: str,
+        type: str,
+        data: bytes,
+        created_at: str,
+        traceparent: str | None = None,
+    ) -> None:
+        d = self.dialect
+        exists = Conflict(f"event {id} already exists", field="id", code="event_exists")
+        try:
+            async with d.tx() as c:
+                inserted = await d.execute(
+                    c, "insert_outbox", id, tenant_id, type, data.decode(), created_at, traceparent
+                )
+                # With concurrent writers, the relay may move an outbox row with this id
+                # to herald_events while the INSERT runs: its NOT EXISTS read the older
+                # snapshot. A new statement sees that commit; finding the event, roll back.
+                if not inserted or (
+                    d.shared and await d.fetchval(c, "event_exists", id, tenant_id)
+                ):
+                    raise exists
+        except StorageError as exc:
+            if d.is_unique_violation(exc.__cause__):
+                raise exists from exc.__cause__
+            raise
+
+    async def outbox_stats(self) -> tuple[int, float | None]:
+        """Pending outbox rows and the ``created_at`` epoch of the oldest, if any."""
+        count, oldest = (await self.dialect.read("outbox_stats", gauges=True))[0]
+        return int(count), self.dialect.oldest_epoch(oldest)
+
+    # --- dispatch ---------------------------------------------------------
+    async def claim_due(
+        self,
+        *,
+        now: float,
+        limit: int,
+        owner: str,
+        lease_until: float,
+        exclude_destinations: Sequence[str] = (),
+        due_since: float | None = None,
+    ) -> list[DueDelivery]:
+        """Lease up to ``limit`` due deliveries of unheld destinations, oldest first;
+        with ``due_since``, only those due since then (the caller knows that the older
+        ones are all of ``exclude_destinations``)."""
+        d = self.dialect
+        async with d.tx() as c:
+            want = Claim(now, limit, owner, lease_until, exclude_destinations, due_since)
+            claimed = await d.claim(c, want)
+            if not claimed:
+                return []
+            # Every tenant's event of each id comes back: a delivery takes its tenant's.
+            events = {
+                (e.tenant_id, e.id): e
+                for e in map(
+                    event_from_row,
+                    await d.fetch(c, "events_by_id", list({r[6] for r in claimed})),
+                )
+            }
+        return [
+            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5], r[6]], r[7])
+            for r in claimed
+        ]
+
+    async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:
+        """Extend the leases ``owner`` holds on ``ids`` (attempts still running)."""
+        if not ids:
+            return 0
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.execute(c, "renew_leases", until, owner, list(ids))
+
+    async def release_leases(self, *, owner: str | None, now: float) -> int:
+        """Make leased deliveries due now (``owner`` None: every owner's)."""
+        async with self.dialect.tx(atomic=False) as c:
+            if owner is None:
+                return await self.dialect.execute(c, "release_all_leases", now)
+            return await self.dialect.execute(c, "release_leases", now, owner)
+
+    async def next_due_at(self) -> float | None:
+        """Earliest ``next_attempt_at`` of an unheld pending delivery."""
+        value = (await self.dialect.read("next_due_at"))[0][0]
+        return None if value is None else float(value)
+
+    async def delivery_counts(self, *, now: float) -> dict[str, int]:
+        """Pending deliveries by state: ``due``, ``scheduled_retry``, ``held``."""
+        rows = await self.dialect.read("delivery_counts", now, gauges=True)
+        due, scheduled, held = (int(v) for v in rows[0])
+        return {"due": due, "scheduled_retry": scheduled, "held": held}
+
+    # --- recording --------------------------------------------------------
+    async def record_attempts(self, records: Sequence[AttemptRecord]) -> Recorded:
+        """Store attempts and move their deliveries on, in one transaction, with what
+        they signal: the destinations' signal state and the operational events it
+        causes, written into the outbox (see :mod:`herald.signals`)."""
+        if not records:
+            return Recorded()
+        d = self.dialect
+        now = time.time()
+        every, must = destinations_of(records)
+        async with d.tx() as c:
+            # Before any delivery row: the lock order is destination, then deliveries.
+            states = {
+                str(r[0]): DestinationState(str(r[1]), int(r[2]), r[3])
+                for r in await d.lock_for_attempts(c, every, must)
+            }
+            await d.executemany(c, "insert_attempts", [attempt_to_row(r.attempt) for r in records])
+            await d.executemany(
+                c,
+                "finish_attempts",
+                [
+                    (
+                        r.status.value,
+                        r.attempt.number,
+                        r.next_attempt_at,
+                        now,
+                        r.attempt.id,
+                        r.attempt.delivery_id,
+                    )
+                    for r in records
+                ],
+            )
+            for r in records:
+                if r.activates_destination is not None:
+                    await self._activate_if_pending(
+                        c, r.activates_destination, r.attempt.delivery_id, now
+                    )
+            return await self._signal(c, records, states, now)
+
+    async def _signal(
+        self,
+        c: Conn,
+        records: Sequence[AttemptRecord],
+        states: dict[str, DestinationState],
+        now: float,
+    ) -> Recorded:
+        """Inside :meth:`record_attempts`' transaction: the signal state and events."""
+        d = self.dialect
+        signals, changed = episodes(records, states, failing_after=self.failing_after, now=now)
+        if changed:
+            await d.executemany(
+                c,
+                "set_signal_state",
+                [
+                    (states[i].consecutive_failures, states[i].failing_since, i)
+                    for i in sorted(changed)
+                ],
+            )
+        worn: list[str] = []
+        final = ended_in_failure(records)
+        if final:
+            # Only the recording whose attempt ended the delivery signals it: not one of
+            # a delivery that a delete or a new verification ended meanwhile.
+            ended = {
+                str(row[0]): (row[1], str(row[2]))
+                for row in await d.fetch(
+                    c, "finished_failed", [r.attempt.delivery_id for r in final]
+                )
+            }
+            for r in final:
+                last_attempt, dest_type = ended.get(r.attempt.delivery_id, (None, ""))
+                if last_attempt != r.attempt.id:
+                    continue
+                assert r.item is not None
+                if r.item.kind is DeliveryKind.EVENT:
+                    worn.append(dest_type)
+                    signal = exhausted(r, dest_type)
+                    if signal is not None:
+                        signals.append(signal)
+                elif await d.execute(
+                    c, "verification_failed", now, r.attempt.error, r.item.destination_id
+                ):
+                    signals.append(verification_failed(r, dest_type))
+        if signals:
+            await d.executemany(c, "insert_signal", [outbox_row(s, now) for s in signals])
+        return Recorded(signals, worn)
+
+    async def _activate_if_pending(
+        self, c: Conn, dest_id: str, delivery_id: str, now: float
+    ) -> None:
+        if await self.dialect.execute(c, "activate_destination", now, dest_id, delivery_id):
+            await self._set_held(c, dest_id, held=False)
+            await self.dialect.execute(c, "bump_version")
+
+    # --- instances --------------------------------------------------------
+    async def heartbeat(self, instance: Instance, *, now: float) -> bool:
+        """Record that ``instance`` lives; False if its row was missing (new, or reaped)."""
+        async with self.dialect.tx(atomic=False) as c:
+            return await self.dialect.heartbeat(c, instance_to_row(instance, heartbeat_at=now))
+
+    async def reap_instances(self, *, stale_before: float, now: float) -> dict[str, int]:
+        """Forget instances silent since before ``stale_before`` and make the deliveries
+        they leased due ``now``, in one transaction; ``{instance id: released}``."""
+        async with self.dialect.tx() as c:
+            return await self.dialect.reap(c, stale_before=stale_before, now=now)
+
+    async def list_instances(self) -> list[Instance]:
+        """Every registered instance, oldest first."""
+        return [instance_from_row(r) for r in await self.dialect.read("list_instances")]
+
+    async def remove_instance(self, instance_id: str) -> None:
+        """Unregister an instance that stops cleanly."""
+        async with self.dialect.tx(atomic=False) as c:
+            await self.dialect.execute(c, "remove_instance", instance_id)

@@ -1,0 +1,59 @@
+"""What every part of the store stands on: the dialect, and the writes that more
+than one part makes (an event and its deliveries, a destination's hold).
+
+The store (:class:`~herald.store.sqlstore.SQLStore`) is one object made of parts,
+each a mixin with one job over the same dialect: :mod:`~herald.store.engine`,
+:mod:`~herald.store.destinations`, :mod:`~herald.store.history` and
+:mod:`~herald.store.access`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from herald.model import Event, NewDelivery
+from herald.store.dialect import Conn, Dialect
+from herald.store.rows import new_delivery_rows
+
+
+class StorePart:
+    """The base of every part of the store: the dialect its statements run on."""
+
+    dialect: Dialect
+
+    async def _insert_events(self, c: Conn, events: Iterable[Event], now: float) -> None:
+        await self.dialect.insert_many(
+            c,
+            "insert_events",
+            [
+                (
+                    e.id,
+                    e.tenant_id,
+                    e.type,
+                    e.data.decode(),
+                    e.created_at,
+                    e.created_ts,
+                    now,
+                    e.traceparent,
+                )
+                for e in events
+            ],
+        )
+
+    async def _insert_deliveries(
+        self, c: Conn, rows: Sequence[NewDelivery], now: float
+    ) -> list[str]:
+        """Store ``rows``; returns the ids stored leased (see :func:`new_delivery_rows`).
+        The statuses are read once per call, inside the caller's write transaction."""
+        if not rows:
+            return []
+        dest_ids = list({d.destination_id for d in rows})
+        statuses: dict[str, str] = {
+            r[0]: r[1] for r in await self.dialect.fetch(c, "destination_statuses", dest_ids)
+        }
+        values, leased = new_delivery_rows(rows, statuses, now)
+        await self.dialect.insert_many(c, "insert_deliveries", values)
+        return leased
+
+    async def _set_held(self, c: Conn, dest_id: str, *, held: bool) -> None:
+        await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))
