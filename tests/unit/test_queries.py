@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 import herald.store
+from herald.model import Attempt, Event
 from herald.store import rows
 from herald.store.base import load_migrations
 from herald.store.postgres import PostgresDialect
@@ -145,3 +147,14 @@ def test_the_queries_read_and_write_the_columns_the_row_mappers_expect(dialect: 
     for name in ("all_destinations", "get_destination", "list_destinations"):
         read = f"{rows.DESTINATION_COLUMNS}, {rows.DESTINATION_STATE_COLUMNS}"
         assert read in queries[name], name
+
+
+@pytest.mark.parametrize(
+    ("columns", "record"), [(rows.ATTEMPT_COLUMNS, Attempt), (rows.EVENT_COLUMNS, Event)]
+)
+def test_the_columns_read_positionally_are_the_records_fields_in_order(
+    columns: str, record: type
+) -> None:
+    """``attempt_from_row`` and ``event_from_row`` build their record from the row's
+    values in column order."""
+    assert columns.split(", ") == [f.name for f in fields(record)]

@@ -14,20 +14,18 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 import structlog
 
-from herald.crypto import SecretBox
 from herald.errors import StorageError
 from herald.model import OutboxRow
 from herald.retry import retry_storage
-from herald.signals import DEFAULT_FAILING_AFTER
 from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.queries import load_queries
-from herald.store.sqlstore import SQLStore
+from herald.store.sqlstore import SQLStore, StoreOptions
 
 log = structlog.get_logger("herald.store")
 
@@ -322,17 +320,8 @@ class PostgresDialect(NamedQueries):
 class PostgresStore(SQLStore[PostgresDialect]):
     """The backend for several instances sharing one database."""
 
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        box: SecretBox,
-        pool_size: int = 10,
-        failing_after: int = DEFAULT_FAILING_AFTER,
-    ) -> None:
-        super().__init__(
-            PostgresDialect(dsn, pool_size=pool_size), box=box, failing_after=failing_after
-        )
+    def __init__(self, dsn: str, *, pool_size: int = 10, **options: Unpack[StoreOptions]) -> None:
+        super().__init__(PostgresDialect(dsn, pool_size=pool_size), **options)
         self.dsn = dsn
 
     @property

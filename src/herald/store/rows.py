@@ -158,15 +158,8 @@ def destination_to_row(dest: Destination, box: SecretBox) -> tuple[Any, ...]:
 
 
 def event_from_row(row: Sequence[Any]) -> Event:
-    return Event(
-        id=row[0],
-        tenant_id=row[1],
-        type=row[2],
-        created_at=row[3],
-        created_ts=row[4],
-        data=row[5].encode(),
-        traceparent=row[6],
-    )
+    """:data:`EVENT_COLUMNS` are :class:`Event`'s fields, in order (a test holds them)."""
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5].encode(), row[6])
 
 
 def attempt_to_row(a: Attempt) -> tuple[Any, ...]:
@@ -184,17 +177,10 @@ def attempt_to_row(a: Attempt) -> tuple[Any, ...]:
 
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
-    return Attempt(
-        id=row[0],
-        delivery_id=row[1],
-        number=row[2],
-        started_at=row[3],
-        duration_ms=row[4],
-        outcome=Outcome(row[5]),
-        response_status=row[6],
-        error=row[7],
-        response_excerpt=row[8],
-    )
+    """:data:`ATTEMPT_COLUMNS` are :class:`Attempt`'s fields, in order (a test holds them)."""
+    attempt = Attempt(*row)
+    attempt.outcome = Outcome(attempt.outcome)  # the column holds its value
+    return attempt
 
 
 def delivery_from_row(row: Sequence[Any]) -> Delivery:

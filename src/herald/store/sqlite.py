@@ -15,21 +15,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import aiosqlite
 import structlog
 import tenacity
 
-from herald.crypto import SecretBox
 from herald.errors import StorageError
 from herald.model import OutboxRow
-from herald.signals import DEFAULT_FAILING_AFTER
 from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.fswatch import FileWatch
 from herald.store.queries import load_queries
-from herald.store.sqlstore import SQLStore
+from herald.store.sqlstore import SQLStore, StoreOptions
 from herald.timeutil import parse_timestamp
 
 # The commit check of an idle daemon (SQLiteDialect.watch_outbox): after a second
@@ -407,16 +405,9 @@ class SQLiteStore(SQLStore[SQLiteDialect]):
     """The embedded default backend."""
 
     def __init__(
-        self,
-        path: Path,
-        *,
-        box: SecretBox,
-        busy_timeout: float = 5.0,
-        failing_after: int = DEFAULT_FAILING_AFTER,
+        self, path: Path, *, busy_timeout: float = 5.0, **options: Unpack[StoreOptions]
     ) -> None:
-        super().__init__(
-            SQLiteDialect(path, busy_timeout=busy_timeout), box=box, failing_after=failing_after
-        )
+        super().__init__(SQLiteDialect(path, busy_timeout=busy_timeout), **options)
         self.path = path
 
 

@@ -14,7 +14,7 @@ The rest of the code types against the whole, ``herald.store.Store``.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Generic, Required, TypedDict, TypeVar
 
 from herald.crypto import SecretBox
 from herald.signals import DEFAULT_FAILING_AFTER
@@ -25,6 +25,14 @@ from herald.store.engine import EngineStore
 from herald.store.history import HistoryStore
 
 D = TypeVar("D", bound=Dialect)
+
+
+class StoreOptions(TypedDict, total=False):
+    """What a store takes beside its dialect (:class:`SQLStore`'s keywords), as the
+    SQLite and PostgreSQL stores pass them on."""
+
+    box: Required[SecretBox]
+    failing_after: int
 
 
 class SQLStore(EngineStore, DestinationStore, HistoryStore, AccessStore, Generic[D]):
