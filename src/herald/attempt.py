@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import structlog
 
@@ -46,6 +47,14 @@ async def attempt(
     started = time.time()
     t0 = time.perf_counter()
     type_id = entry.dest.type if entry is not None else "unknown"
+    event, span = item.event, None
+    if tracing.enabled():
+        # The receiver's parent is this attempt's span, itself the producer's child.
+        span, sent = tracing.start(
+            tracing.ATTEMPT_SPAN, started=started, traceparent=event.traceparent
+        )
+        if sent != event.traceparent:
+            event = replace(event, traceparent=sent)
     if entry is None:
         result = Result.permanent("destination no longer exists")
     elif entry.config is None:
@@ -53,7 +62,7 @@ async def attempt(
     else:
         try:
             async with asyncio.timeout(entry.adapter.timeout):
-                result = await entry.adapter.deliver(entry.dest, entry.config, item.event)
+                result = await entry.adapter.deliver(entry.dest, entry.config, event)
         except TimeoutError:
             result = Result(
                 Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
@@ -78,10 +87,9 @@ async def attempt(
         error=result.error,
         response_excerpt=result.excerpt,
     )
-    if tracing.enabled():
-        tracing.record(
-            tracing.ATTEMPT_SPAN,
-            started=started,
+    if span is not None:
+        tracing.finish(
+            span,
             ended=started + duration_ms / 1000,
             attributes={
                 "herald.destination.type": type_id,

@@ -51,6 +51,40 @@ def event_id_problem(event_id: str) -> str | None:
     return control_problem(event_id, "id")
 
 
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+"""A W3C Trace Context ``traceparent`` of version 00, lower-case hex as the
+recommendation writes it."""
+_ZERO_TRACE = "0" * 32
+_ZERO_PARENT = "0" * 16
+
+
+def traceparent_problem(value: str) -> str | None:
+    """Why ``value`` is not a W3C ``traceparent`` Herald carries (version 00, a 32-hex
+    trace id and a 16-hex parent id, neither all zeros, 2-hex flags, lower case), or None."""
+    found = TRACEPARENT.fullmatch(value)
+    if found is None:
+        return (
+            f"traceparent {value[:64]!r} is not '00-<32 hex trace id>-<16 hex parent id>"
+            "-<2 hex flags>' in lower case"
+        )
+    if found.group(1) == _ZERO_TRACE:
+        return "traceparent has an all-zero trace id"
+    if found.group(2) == _ZERO_PARENT:
+        return "traceparent has an all-zero parent id"
+    return None
+
+
+def valid_traceparent(raw: bytes | str | None) -> str | None:
+    """``raw`` as a traceparent if it is a valid one, else None (an invalid trace context
+    is dropped, never a reason to refuse the event)."""
+    if raw is None:
+        return None
+    if isinstance(raw, bytes):
+        # A valid one is ASCII; anything else is invalid, whatever its encoding.
+        raw = raw.decode("ascii", "replace")
+    return raw if traceparent_problem(raw) is None else None
+
+
 class Reject(Exception):
     """Why one outbox row cannot become an event (``code: detail``)."""
 
@@ -116,4 +150,5 @@ def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
         created_at=instant.text,
         created_ts=instant.epoch,
         data=payload,
+        traceparent=valid_traceparent(row.traceparent),
     )

@@ -79,6 +79,10 @@ class Event:
     created_ts: float
     data: bytes
     """The payload as compact JSON (an object), exactly as it goes on the wire."""
+    traceparent: str | None = None
+    """The producer's W3C trace context (``00-<trace id>-<parent id>-<flags>``), checked
+    at ingestion; None when it came without one (or with an invalid one). Attempts
+    carry it as the ``traceparent`` header / attribute (see docs/observability.md)."""
 
     def envelope(self) -> bytes:
         """The message body every adapter sends: ``{"id","type","created_at","data"}``."""
@@ -97,13 +101,17 @@ class Event:
         )
 
     def metadata(self) -> dict[str, str]:
-        """Event metadata carried as headers / attributes / application properties."""
-        return {
+        """Event metadata carried as headers / attributes / application properties,
+        with ``traceparent`` when the event has one."""
+        meta = {
             "event-id": self.id,
             "event-type": self.type,
             "event-created-at": self.created_at,
             "tenant-id": self.tenant_id,
         }
+        if self.traceparent is not None:
+            meta["traceparent"] = self.traceparent
+        return meta
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +217,9 @@ class OutboxRow:
     about: str | None = None
     """Set by Herald alone, on its operational events: the destination the event is
     about (never delivered to it). A ``herald.`` type without it is refused."""
+    traceparent: bytes | None = None
+    """The producer's W3C ``traceparent``, if it wrote one: an invalid one is dropped
+    (with a warning), never a reason to reject the row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +242,9 @@ class RelayPlan:
     events: list[Event] = field(default_factory=list)
     deliveries: list[NewDelivery] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    untraced: list[tuple[int, str, bytes]] = field(default_factory=list)
+    """(seq, event id, value) of the rows whose ``traceparent`` was invalid: their events
+    go without it, and the relay says so once the batch is committed."""
     leased: list[str] = field(default_factory=list)
     """Ids of the deliveries stored leased (``NewDelivery.lease_owner``) and not held:
     the store's answer, after checking against the committed destination status."""

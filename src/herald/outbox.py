@@ -26,7 +26,7 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
 from herald.ids import new_id
-from herald.ingest import Reject, parse_row, reserved_type_problem
+from herald.ingest import Reject, parse_row, reserved_type_problem, traceparent_problem
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
@@ -123,6 +123,8 @@ class Relay:
                 continue
             seen.add((event.tenant_id, event.id))
             plan.events.append(event)
+            if row.traceparent and event.traceparent is None:  # (empty: none given)
+                plan.untraced.append((row.seq, event.id, row.traceparent))
             for entry in self._catalog.subscribers(event.tenant_id, event.type):
                 if entry.dest.id == row.about:
                     continue  # an operational event never goes to the destination it is about
@@ -163,6 +165,13 @@ class Relay:
         if count:
             for rej in plan.rejected:
                 log.warning("outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason)
+            for seq, event_id, raw in plan.untraced:
+                log.warning(
+                    "traceparent_ignored",
+                    seq=seq,
+                    event_id=event_id,
+                    reason=traceparent_problem(raw.decode("ascii", "replace")),
+                )
             if plan.leased:
                 assert self._handoff is not None
                 self._handoff.receive(plan)
@@ -246,12 +255,15 @@ def publish(
     tenant_id: str = DEFAULT_TENANT,
     id: str | None = None,
     created_at: str | None = None,
+    traceparent: str | None = None,
 ) -> str:
     """Write one event into ``herald_outbox`` on the producer's own connection.
 
     Call it inside the producer's transaction, next to the business write it
     announces; Herald picks the row up after the transaction commits.
-    Returns the event id.
+    ``traceparent`` (the producer's current W3C trace context) continues its trace
+    into the receivers; written as given, an invalid one is dropped by the relay with
+    a warning, never the event. Returns the event id.
     """
     validate_event_type(type)
     if (problem := reserved_type_problem(type)) is not None:
@@ -260,7 +272,15 @@ def publish(
     if not event_id.startswith("evt_"):
         raise ValueError("event ids start with 'evt_'")
     conn.execute(
-        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
-        (event_id, tenant_id, type, orjson.dumps(data).decode(), created_at or format_epoch(now())),
+        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            event_id,
+            tenant_id,
+            type,
+            orjson.dumps(data).decode(),
+            created_at or format_epoch(now()),
+            traceparent,
+        ),
     )
     return event_id

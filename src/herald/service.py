@@ -33,7 +33,7 @@ from herald.fields import (
     str_field,
 )
 from herald.ids import new_id
-from herald.ingest import event_id_problem, reserved_type_problem
+from herald.ingest import event_id_problem, reserved_type_problem, traceparent_problem
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
@@ -494,8 +494,11 @@ class DestinationService:
         *,
         event_id: str | None = None,
         created_at: str | None = None,
+        traceparent: str | None = None,
     ) -> Event:
-        """Write one event into the outbox (for producers that cannot write it themselves)."""
+        """Write one event into the outbox (for producers that cannot write it themselves).
+        An invalid ``traceparent`` is dropped with a warning, as the relay drops a row's:
+        a broken trace context never costs the event."""
         try:
             validate_event_type(type)
         except ValueError as exc:
@@ -520,11 +523,21 @@ class DestinationService:
                 ) from exc
             instant_text, instant_ts = instant.text, instant.epoch
         payload = orjson.dumps(data)
+        if traceparent and (problem := traceparent_problem(traceparent)):
+            log.warning("traceparent_ignored", event_id=event_id, reason=problem)
+            traceparent = None
         await self.store.insert_outbox(
-            id=event_id, tenant_id=tenant_id, type=type, data=payload, created_at=instant_text
+            id=event_id,
+            tenant_id=tenant_id,
+            type=type,
+            data=payload,
+            created_at=instant_text,
+            traceparent=traceparent or None,
         )
         self._on_change()
-        return Event(event_id, tenant_id, type, instant_text, instant_ts, payload)
+        return Event(
+            event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent or None
+        )
 
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:

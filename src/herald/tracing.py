@@ -3,8 +3,10 @@ exported over OTLP/HTTP to ``tracing.otlp_endpoint``.
 
 Without an endpoint, or without the extra installed, nothing of OpenTelemetry is
 imported and every call here is one boolean test. Spans are recorded after the fact,
-with the start and end times the engine measured anyway: the hot path builds no span
-object while the work runs, and no context manager wraps it.
+with the start and end times the engine measured anyway: no context manager wraps the
+work. The one exception is an attempt for an event that came with the producer's
+``traceparent``: its span is started before the request, because the request carries
+the span's own id (:func:`start`).
 """
 
 from __future__ import annotations
@@ -51,19 +53,54 @@ def configure(*, endpoint: str, service_name: str = "herald") -> bool:
     return True
 
 
-def record(name: str, *, started: float, ended: float, attributes: dict[str, Any]) -> None:
-    """One finished span: ``started`` and ``ended`` are epoch seconds. Attributes whose
-    value is None are left out (OTLP has no null)."""
+def start(name: str, *, started: float, traceparent: str | None) -> tuple[Any, str | None]:
+    """A span begun at ``started`` (epoch seconds), the child of the producer's context
+    ``traceparent`` (a valid W3C one, see herald.ingest) when there is one; and the
+    ``traceparent`` to send on with the work the span stands for: this span's own
+    (W3C: the receiver's parent is Herald's span), None when the producer sent none.
+    Tracing off: no span, and the producer's header passes through unchanged."""
     tracer = _tracer
     if tracer is None:
+        return None, traceparent
+    from opentelemetry import trace
+
+    context = None
+    if traceparent is not None:
+        _, trace_id, parent_id, flags = traceparent.split("-")
+        parent = trace.SpanContext(
+            int(trace_id, 16),
+            int(parent_id, 16),
+            is_remote=True,
+            trace_flags=trace.TraceFlags(int(flags, 16)),
+        )
+        context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+    span = tracer.start_span(name, context=context, start_time=int(started * 1e9))
+    if traceparent is None:
+        return span, None
+    own = span.get_span_context()
+    return span, f"00-{own.trace_id:032x}-{own.span_id:016x}-{int(own.trace_flags):02x}"
+
+
+def finish(span: Any, *, ended: float, attributes: dict[str, Any]) -> None:
+    """End a span from :func:`start` at ``ended`` (epoch seconds). Attributes whose value
+    is None are left out (OTLP has no null); an outcome other than success marks it failed."""
+    if span is None:
         return
     attrs = {k: v for k, v in attributes.items() if v is not None}
-    span = tracer.start_span(name, start_time=int(started * 1e9), attributes=attrs)
+    span.set_attributes(attrs)
     if attrs.get("herald.outcome") not in (None, "success"):
         from opentelemetry.trace import Status, StatusCode
 
         span.set_status(Status(StatusCode.ERROR, str(attrs.get("herald.error", ""))[:200]))
     span.end(end_time=int(ended * 1e9))
+
+
+def record(name: str, *, started: float, ended: float, attributes: dict[str, Any]) -> None:
+    """One finished span of no producer's trace (see :func:`finish`)."""
+    if _tracer is None:
+        return
+    span, _ = start(name, started=started, traceparent=None)
+    finish(span, ended=ended, attributes=attributes)
 
 
 def shutdown(timeout: float = 5.0) -> None:

@@ -82,14 +82,22 @@ def encode_item(item: DueDelivery) -> bytes:
             "kind": item.kind.value,
             "attempt_count": item.attempt_count,
             "max_attempts": item.max_attempts,
-            "event": [e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data.decode()],
+            "event": [
+                e.id,
+                e.tenant_id,
+                e.type,
+                e.created_at,
+                e.created_ts,
+                e.data.decode(),
+                e.traceparent,
+            ],
         }
     )
 
 
 def decode_item(msg: dict[str, Any]) -> DueDelivery:
-    eid, tenant, type_, created_at, created_ts, data = msg["event"]
-    event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode())
+    eid, tenant, type_, created_at, created_ts, data, traceparent = msg["event"]
+    event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent)
     return DueDelivery(
         msg["id"],
         msg["destination_id"],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import orjson
@@ -28,6 +29,8 @@ from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.ids import new_id
 from herald.model import Destination, DestinationStatus, Event, Outcome
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def make_event(type_: str = "task_run.completed", *, tenant: str = "default") -> Event:
@@ -69,6 +72,9 @@ class AdapterContract:
     # from trouble a retry fixes.
     missing_target_outcome: ClassVar[Outcome] = Outcome.FAILURE_PERMANENT
     bad_credentials_outcome: ClassVar[Outcome] = Outcome.FAILURE_PERMANENT
+    # Whether the event's ``traceparent`` travels with the message (a header or an
+    # attribute); types whose messages have no such place (Kinesis, EventBridge) say so.
+    carries_traceparent: ClassVar[bool] = True
 
     # --- what a subclass provides ------------------------------------------
     @pytest.fixture
@@ -126,6 +132,19 @@ class AdapterContract:
         assert meta["event-type"] == event.type
         assert meta["event-created-at"] == event.created_at
         assert meta["tenant-id"] == event.tenant_id
+
+    async def test_a_traceparent_travels_with_the_metadata_when_the_event_has_one(
+        self, adapter: Adapter, good_config: dict[str, str]
+    ) -> None:
+        carried = TRACEPARENT if self.carries_traceparent else None
+        for event, expected in (
+            (replace(make_event(), traceparent=TRACEPARENT), carried),
+            (make_event(), None),
+        ):
+            result = await self.publish(adapter, good_config, event)
+            assert result.outcome is Outcome.SUCCESS, result
+            meta = (await self.read_back(good_config, event))["metadata"]
+            assert meta.get("traceparent") == expected
 
     async def test_missing_target_is_a_failed_attempt(
         self, adapter: Adapter, missing_target_config: dict[str, str]

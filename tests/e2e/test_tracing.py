@@ -15,6 +15,7 @@ from aiohttp import web
 
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
+from tests.e2e.test_traceparent import TRACEPARENT, insert_traced
 from tests.support.receiver import Receiver, verification_ok_then
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +64,9 @@ class Collector:
                             "start": span.start_time_unix_nano / 1e9,
                             "end": span.end_time_unix_nano / 1e9,
                             "error": span.status.code == 2,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex(),
                         }
                     )
         return web.Response(status=200)
@@ -155,3 +159,58 @@ def test_without_an_endpoint_nothing_is_imported() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_the_attempt_span_continues_the_producers_trace(
+    herald_factory: HeraldFactory, processes: int
+) -> None:
+    """The attempt span is the child of the producer's ``traceparent``, and the receiver's
+    header names that span (W3C: its parent is Herald's attempt), in the daemon and in
+    its attempt processes alike; an event without one goes without the header."""
+    collector = await Collector().start()
+    receiver = await Receiver(secrets=[SECRET]).start()
+    try:
+        h = herald_factory(
+            {
+                "tracing": {"otlp_endpoint": f"http://127.0.0.1:{collector.port}"},
+                "delivery": {"worker_processes": processes},
+            },
+            start=False,
+        )
+        await h.astart()
+        dest = await h.acreate_webhook(receiver.url, secret=SECRET, events=["trace.*"])
+        await wait_active(h, dest["id"])
+        insert_traced(
+            h,
+            [
+                ("evt_tc1", "trace.x", TRACEPARENT),
+                ("evt_tc2", "trace.x", None),
+            ],
+        )
+        await receiver.wait_for(lambda: len(receiver.counts("trace.x")) == 2, what="events")
+
+        def spans() -> dict[str, dict[str, Any]]:
+            return {
+                s["attributes"]["herald.event.id"]: s
+                for s in collector.named("herald.attempt")
+                if s["attributes"]["herald.event.id"].startswith("evt_tc")
+            }
+
+        await receiver.wait_for(lambda: len(spans()) == 2, what="attempt spans")
+        assert await h.astop() == 0
+    finally:
+        await receiver.stop()
+        await collector.stop()
+    assert receiver.errors == []
+    got = {r.event_id: r for r in receiver.events("trace.x")}
+    assert all(r.verified for r in got.values())
+    traced, plain = spans()["evt_tc1"], spans()["evt_tc2"]
+    _, trace_id, parent_id, _ = TRACEPARENT.split("-")
+    assert (traced["trace_id"], traced["parent_span_id"]) == (trace_id, parent_id)
+    assert traced["span_id"] != parent_id
+    assert got["evt_tc1"].headers["traceparent"] == f"00-{trace_id}-{traced['span_id']}-01"
+    # No producer context: a trace of Herald's own, and nothing sent on.
+    assert plain["parent_span_id"] == ""
+    assert plain["trace_id"] != trace_id
+    assert "traceparent" not in got["evt_tc2"].headers

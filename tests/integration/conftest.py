@@ -148,18 +148,21 @@ def insert_outbox_row(
     tenant_id: str = "default",
     id: str | None = None,
     created_at: str | None = None,
+    traceparent: str | None = None,
 ) -> str:
     """One outbox row through plain SQL, the producer's contract on either backend."""
     validate_event_type(type_)
     event_id = id or new_id("evt_")
     db.execute(
-        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
         (
             event_id,
             tenant_id,
             type_,
             orjson.dumps(dict(data)).decode(),
             created_at or format_epoch(time.time()),
+            traceparent,
         ),
     )
     return event_id

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -39,6 +41,22 @@ def relay_for(h: Harness, dispatcher: Dispatcher, *, batch_size: int = 500) -> R
         max_payload_bytes=h.settings.relay.max_payload_bytes,
         handoff=dispatcher.handover,
     )
+
+
+@asynccontextmanager
+async def handing_over(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, *, owner: str
+) -> AsyncIterator[tuple[Relay, CountingClaims]]:
+    """A running dispatcher ready to take deliveries over, the relay that hands them
+    to it, and the claims it makes meanwhile (none, when all goes over)."""
+    claims = CountingClaims(h, monkeypatch)
+    dispatcher = h.dispatcher(owner=owner)
+    relay = relay_for(h, dispatcher)
+    async with running(dispatcher):
+        await eventually(
+            lambda: _true(dispatcher.handover.room() is not None), what="dispatcher up"
+        )
+        yield relay, claims
 
 
 class CountingClaims:
@@ -158,13 +176,7 @@ async def test_relayed_deliveries_are_attempted_without_a_claim(
     h = harness
     rx = await receivers()
     await h.add_webhook(rx.url, events=["order.*"])
-    claims = CountingClaims(h, monkeypatch)
-    dispatcher = h.dispatcher(owner="it-handoff")
-    relay = relay_for(h, dispatcher)
-    async with running(dispatcher):
-        await eventually(
-            lambda: _true(dispatcher.handover.room() is not None), what="dispatcher up"
-        )
+    async with handing_over(h, monkeypatch, owner="it-handoff") as (relay, claims):
         ids = h.produce_many("order.created", [{"i": i} for i in range(50)])
         assert await relay.run_once() == 50
         # Stored leased to the dispatcher, in the relay's transaction.

@@ -7,9 +7,10 @@ the way an older Herald would have, then opens it with every migration shipped.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -82,9 +83,11 @@ async def database_at(
         with monkeypatch.context() as m:  # the migrations it knows, while it opens
             m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
             store = make()
+            if version < 13:
+                untraced(store)
             if version < 10:  # the relay of a Herald before 0010 read no about_destination
                 queries = store.dialect._q
-                claim = queries["relay_claim"].replace("about_destination FROM", "NULL FROM")
+                claim = queries["relay_claim"].replace("about_destination,", "NULL,")
                 store.dialect._q = {**queries, "relay_claim": claim}
             await store.open()
         try:
@@ -104,6 +107,29 @@ async def database_at(
             db.close()
         if backend == "postgres":
             await drop_postgres_database(url)
+
+
+def untraced(store: Store) -> None:
+    """Make ``store`` a Herald before 0013: its relay reads no ``traceparent`` and its
+    events are stored without one (the 8th value of each row is left out)."""
+    dialect = store.dialect
+    queries = dialect._q
+    dialect._q = {
+        **queries,
+        "relay_claim": re.sub(
+            r"(CAST|convert_to)\(traceparent[^)]*\)", "NULL", queries["relay_claim"]
+        ),
+        "insert_events": queries["insert_events"]
+        .replace(", traceparent)", ")")
+        .replace(", ?8)", ")")
+        .replace(", $8::text[])", ")"),
+    }
+    inner = dialect.insert_many
+
+    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        await inner(conn, name, [r[:7] for r in rows] if name == "insert_events" else rows)
+
+    dialect.insert_many = insert_many
 
 
 def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:

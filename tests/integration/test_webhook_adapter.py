@@ -353,6 +353,7 @@ class TestWebhookContract(AdapterContract):
                 "event-id": got.headers["webhook-id"],
                 "event-type": got.envelope["type"],
                 "event-created-at": got.envelope["created_at"],
+                **{k: v for k, v in got.headers.items() if k == "traceparent"},
             },
         }
 

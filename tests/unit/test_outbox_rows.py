@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from herald.ingest import Reject, parse_row
+from herald.ingest import Reject, parse_row, traceparent_problem, valid_traceparent
 from herald.model import OutboxRow
 
 
@@ -16,9 +16,12 @@ def row(**kw: bytes | None) -> OutboxRow:
         "data": b'{"task_run_id": "trun_1", "status": "completed"}',
         "created_at": b"2026-11-22 10:00:00.123",
     }
+    traceparent = kw.pop("traceparent", None)
     base.update(kw)
     b = base
-    return OutboxRow(1, b["id"], b["tenant_id"], b["type"], b["data"], b["created_at"])
+    return OutboxRow(
+        1, b["id"], b["tenant_id"], b["type"], b["data"], b["created_at"], traceparent=traceparent
+    )
 
 
 def test_good_row_becomes_a_normalized_event() -> None:
@@ -107,3 +110,57 @@ def test_herald_s_own_operational_row_is_an_event() -> None:
 def test_a_type_that_only_starts_like_the_prefix_is_not_reserved() -> None:
     assert parse_row(row(type=b"heralding.x"), max_payload_bytes=1024).type == "heralding.x"
     assert parse_row(row(type=b"herald"), max_payload_bytes=1024).type == "herald"
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        TRACEPARENT,
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",  # not sampled
+        "00-00000000000000000000000000000001-0000000000000001-ff",
+    ],
+)
+def test_a_w3c_traceparent_is_carried(value: str) -> None:
+    assert traceparent_problem(value) is None
+    event = parse_row(row(traceparent=value.encode()), max_payload_bytes=1024)
+    assert event.traceparent == value
+    assert event.metadata()["traceparent"] == value
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "is not"),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "is not"),  # version
+        ("ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "is not"),
+        ("00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01", "is not"),  # upper case
+        ("00-0af7651916cd43dd8448eb211c8031-b7ad6b7169203331-01", "is not"),  # short trace id
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01", "is not"),  # short parent
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1", "is not"),  # short flags
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x", "is not"),
+        ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n", "is not"),
+        (" 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "is not"),
+        ("00_0af7651916cd43dd8448eb211c80319c_b7ad6b7169203331_01", "is not"),
+        ("00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-01", "is not"),  # not hex
+        ("00-00000000000000000000000000000000-b7ad6b7169203331-01", "all-zero trace id"),
+        ("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", "all-zero parent id"),
+    ],
+)
+def test_an_invalid_traceparent_is_dropped_not_the_event(value: str, problem: str) -> None:
+    found = traceparent_problem(value)
+    assert found is not None
+    assert problem in found
+    event = parse_row(row(traceparent=value.encode()), max_payload_bytes=1024)
+    assert event.traceparent is None
+    assert "traceparent" not in event.metadata()
+    assert event.data == parse_row(row(), max_payload_bytes=1024).data  # payload untouched
+
+
+def test_undecodable_traceparent_bytes_are_dropped() -> None:
+    bad = TRACEPARENT.encode()[:-2] + b"\xff\xfe"
+    assert parse_row(row(traceparent=bad), max_payload_bytes=1024).traceparent is None
+    assert valid_traceparent(None) is None
+    assert valid_traceparent(TRACEPARENT) == TRACEPARENT

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from herald.model import (
     Attempt,
@@ -16,7 +17,10 @@ from herald.model import (
 from herald.workers import decode_item, decode_record, encode_item, encode_record
 
 
-def test_a_claimed_delivery_round_trips() -> None:
+@pytest.mark.parametrize(
+    "traceparent", [None, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]
+)
+def test_a_claimed_delivery_round_trips(traceparent: str | None) -> None:
     event = Event(
         "evt_1",
         "acme",
@@ -24,6 +28,7 @@ def test_a_claimed_delivery_round_trips() -> None:
         "2026-11-22T04:00:00.123456Z",
         1795320000.123456,
         '{"big":12345678901234567890123,"s":"é\\u2028\\n"}'.encode(),
+        traceparent,
     )
     item = DueDelivery("dlv_1", "evtd_1", DeliveryKind.VERIFICATION, 3, 11, event)
     line = encode_item(item)

@@ -171,4 +171,9 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         headers["webhook-timestamp"] = str(timestamp)
         if prep.keys:
             headers["webhook-signature"] = signature_header(prep.keys, event.id, timestamp, body)
+        if event.traceparent is not None:
+            # The event's trace context wins over a custom header of that name, in any case.
+            for name in [n for n in headers if n.lower() == "traceparent"]:
+                del headers[name]
+            headers["traceparent"] = event.traceparent
         return await self.send(prep.url, body=body, headers=headers)

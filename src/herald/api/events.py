@@ -74,6 +74,8 @@ class EventHandlers(ApiBase):
                 body.data,
                 event_id=body.id,
                 created_at=body.created_at,
+                # Several traceparent headers are invalid (W3C): joined, they fail the check.
+                traceparent=",".join(request.headers.getall("traceparent", ())) or None,
             )
             return self._respond(schemas.Event, event_view(event), status=202)
 

@@ -225,6 +225,16 @@ _IDEMPOTENCY_KEY = {
 }
 
 
+_TRACEPARENT = {
+    "name": "traceparent",
+    "in": "header",
+    "required": False,
+    "description": "the producer's W3C trace context (00-<trace id>-<parent id>-<flags>),"
+    " sent on to the receivers; an invalid one is dropped with a warning, never the event",
+    "schema": {"type": "string"},
+}
+
+
 def _path_id(prefix: str) -> dict[str, Any]:
     return {
         "name": "id",
@@ -285,7 +295,16 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         _op("POST", f"{dest}/replay", "replayDeliveries", "202", S.ReplayResult, S.ReplayRequest),
         _op("GET", "/v2/event-deliveries/{id}", "getDelivery", "200", S.Delivery),
         _op("POST", "/v2/event-deliveries/{id}/retry", "retryDelivery", "202", S.Delivery),
-        _op("POST", "/v2/events", "publishEvent", "202", S.Event, S.EventCreate, idempotent=True),
+        _op(
+            "POST",
+            "/v2/events",
+            "publishEvent",
+            "202",
+            S.Event,
+            S.EventCreate,
+            query=(_TRACEPARENT,),  # (a header: parameters other than the path's)
+            idempotent=True,
+        ),
         _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
         _op("GET", "/v2/replays", "listReplays", "200", S.ReplayList, query=_PAGING),
         _op("GET", "/v2/replays/{id}", "getReplay", "200", S.Replay),

@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     emit.add_argument("--data", required=True, help="JSON object, or @file.json")
     emit.add_argument("--id", help="event id (evt_…); generated when absent")
     emit.add_argument("--created-at", help="RFC 3339 timestamp (default: now)")
+    emit.add_argument(
+        "--traceparent",
+        help="the producer's W3C trace context, sent on to the receivers"
+        " (an invalid one is dropped with a warning)",
+    )
 
     keys = _group(sub, "keys", "API keys and operator keys; rotate the encryption key")
     command = functools.partial(_command, keys)

@@ -35,7 +35,12 @@ async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
     data = read_body(args.data)
     async with components(settings) as comp:
         event = await comp.service.publish(
-            args.tenant, args.type, data, event_id=args.id, created_at=args.created_at
+            args.tenant,
+            args.type,
+            data,
+            event_id=args.id,
+            created_at=args.created_at,
+            traceparent=args.traceparent,
         )
     if args.json:
         print_json(event_view(event))

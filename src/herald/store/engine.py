@@ -95,14 +95,21 @@ class EngineStore(StorePart):
         return await self.dialect.watch_outbox(callback, every=every)
 
     async def insert_outbox(
-        self, *, id: str, tenant_id: str, type: str, data: bytes, created_at: str
+        self,
+        *,
+        id: str,
+        tenant_id: str,
+        type: str,
+        data: bytes,
+        created_at: str,
+        traceparent: str | None = None,
     ) -> None:
         d = self.dialect
         exists = Conflict(f"event {id} already exists", field="id", code="event_exists")
         try:
             async with d.tx() as c:
                 inserted = await d.execute(
-                    c, "insert_outbox", id, tenant_id, type, data.decode(), created_at
+                    c, "insert_outbox", id, tenant_id, type, data.decode(), created_at, traceparent
                 )
                 # With concurrent writers, the relay may move an outbox row with this id
                 # to herald_events while the INSERT runs: its NOT EXISTS read the older

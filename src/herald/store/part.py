@@ -36,7 +36,16 @@ class StorePart:
             c,
             "insert_events",
             [
-                (e.id, e.tenant_id, e.type, e.data.decode(), e.created_at, e.created_ts, now)
+                (
+                    e.id,
+                    e.tenant_id,
+                    e.type,
+                    e.data.decode(),
+                    e.created_at,
+                    e.created_ts,
+                    now,
+                    e.traceparent,
+                )
                 for e in events
             ],
         )

@@ -45,7 +45,7 @@ DESTINATION_STATE_COLUMNS = (
 )
 """Read after :data:`DESTINATION_COLUMNS`, never written with them: the state recording
 keeps (``Store.record_attempts``), not the caller's."""
-EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data"
+EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data, traceparent"
 
 
 NEW_DELIVERY_COLUMNS = (
@@ -159,7 +159,7 @@ def destination_to_row(dest: Destination, box: SecretBox) -> tuple[Any, ...]:
 
 def event_from_row(row: Sequence[Any]) -> Event:
     """:data:`EVENT_COLUMNS` are :class:`Event`'s fields, in order (a test holds them)."""
-    return Event(row[0], row[1], row[2], row[3], row[4], row[5].encode())
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5].encode(), row[6])
 
 
 def attempt_to_row(a: Attempt) -> tuple[Any, ...]:

@@ -46,6 +46,8 @@ class TestEventBridgeContract(EnvelopeOnlyContract):
         self._queue_url = eventbridge_to_queue(moto, "herald-contract")
         return self.config(moto.endpoint, event_bus_name="herald-contract", region=REGION)
 
+    carries_traceparent = False  # a record has no attributes: only HTTP and attributes carry it
+
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         """EventBridge has no message attributes: the metadata is the event's own fields."""
         got = routed(self._moto, self._queue_url, event)

@@ -36,6 +36,8 @@ class TestKinesisContract(EnvelopeOnlyContract):
         moto.client("kinesis").create_stream(StreamName="herald-contract", ShardCount=1)
         return self.config(moto.endpoint, stream_name="herald-contract", region=REGION)
 
+    carries_traceparent = False  # a record has no attributes: only HTTP and attributes carry it
+
     async def read_back(self, config: dict[str, str], event: Event) -> dict[str, Any]:
         """A record has only data and a partition key: the metadata is what those carry."""
         kinesis = self._moto.client("kinesis", region=config["region"])

@@ -37,7 +37,7 @@ seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UT
   convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
     ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
     || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
-  about_destination
+  about_destination, convert_to(traceparent, 'UTF8')
 
 -- relay_claim --
 SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
@@ -63,9 +63,10 @@ DELETE FROM herald_outbox WHERE seq = ANY($1)
 -- insert_events --
 -- One statement for the batch: a row-by-row executemany costs a round of parse, bind
 -- and execute messages per row
-INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at)
+INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at,
+  traceparent)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-  $6::float8[], $7::float8[])
+  $6::float8[], $7::float8[], $8::text[])
 
 -- destination_statuses --
 -- FOR SHARE: an activation or a delete waits for this transaction (and then sees its
@@ -84,8 +85,8 @@ AS t(id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,
   next_attempt_at, held, created_at, lease_owner)
 
 -- insert_outbox --
-INSERT INTO herald_outbox (id, tenant_id, type, data, created_at)
-SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)
+SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz, $6
 WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2)
 
 -- event_exists --
@@ -121,9 +122,9 @@ RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.ten
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's. One probe
 -- of the key per id, as in relay_existing
-SELECT e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data
+SELECT e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data, e.traceparent
 FROM unnest($1::text[]) AS k(id)
-CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data
+CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data, traceparent
   FROM herald_events WHERE id = k.id OFFSET 0) e
 
 -- renew_leases --
@@ -327,7 +328,7 @@ WHERE t.id = d.destination_id AND t.deleted_at IS NULL
   AND d.id = ANY($4) AND d.kind = 'event' AND d.lease_owner IS NULL
 
 -- get_event --
-SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
 WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- expire_rate_windows --

@@ -32,7 +32,7 @@ SELECT 1 FROM herald_outbox LIMIT 1
 -- An outbox row as the relay parses it (herald.ingest.parse_row). Text columns read as
 -- bytes: one row of invalid UTF-8 must not fail the batch
 seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
-  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination
+  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination, CAST(traceparent AS BLOB)
 
 -- relay_claim --
 SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT ?1
@@ -51,8 +51,9 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 DELETE FROM herald_outbox WHERE seq BETWEEN ?1 AND ?2
 
 -- insert_events --
-INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at,
+  traceparent)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 
 -- destination_statuses --
 SELECT id, status FROM herald_destinations WHERE deleted_at IS NULL AND id IN ({ids})
@@ -66,8 +67,8 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', 0, ?10)
 -- insert_outbox --
 -- One check under the write lock: not waiting in the outbox (UNIQUE) nor relayed already,
 -- for this tenant (another tenant's event of the same id is another event)
-INSERT INTO herald_outbox (id, tenant_id, type, data, created_at)
-SELECT ?1, ?2, ?3, ?4, ?5
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6
 WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = ?1 AND tenant_id = ?2)
 
 -- outbox_stats --
@@ -95,7 +96,7 @@ UPDATE herald_deliveries SET lease_owner = ?1, next_attempt_at = ?2 WHERE id IN 
 
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's
-SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
 WHERE id IN ({ids})
 
 -- renew_leases --
@@ -283,7 +284,7 @@ WHERE id IN ({ids}) AND kind = 'event' AND lease_owner IS NULL
   AND destination_id IN (SELECT id FROM herald_destinations WHERE deleted_at IS NULL)
 
 -- get_event --
-SELECT id, tenant_id, type, created_at, created_ts, data FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
 WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
 
 -- expire_rate_windows --
