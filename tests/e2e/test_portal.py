@@ -96,6 +96,11 @@ def active_webhook(
     return dest
 
 
+def last_line(herald: Herald, event: str) -> dict[str, Any]:
+    """The daemon's last log line of ``event``."""
+    return [e for e in herald.log_events() if e.get("event") == event][-1]
+
+
 def pause_and_resume(page: Page | FrameLocator) -> None:
     """Pause the destination whose page is open, then resume it, by their buttons."""
     page.get_by_role("button", name="Pause").click()
@@ -165,8 +170,7 @@ def test_the_token_flow_opens_the_tenants_portal_and_the_token_leaves_the_url(
 
     assert token not in page.content()
     assert token not in herald.log()
-    signed_in = [e for e in herald.log_events() if e.get("event") == "portal_signed_in"]
-    assert signed_in[-1]["by"] == "portal:acme"
+    assert last_line(herald, "portal_signed_in")["by"] == "portal:acme"
 
 
 def test_a_tenant_never_sees_another_tenants_objects_even_by_guessing_ids(
@@ -394,8 +398,7 @@ def test_sign_out_ends_the_portal_session(herald: Herald, context: BrowserContex
         "SELECT revoked_at FROM herald_session_tokens WHERE id = ?", (token_id,)
     )
     assert revoked is not None
-    out = [e for e in herald.log_events() if e.get("event") == "portal_signed_out"]
-    assert out[-1]["by"] == "portal:acme"
+    assert last_line(herald, "portal_signed_out")["by"] == "portal:acme"
 
 
 def test_the_portals_core_flows_work_with_javascript_off(
