@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -52,6 +52,8 @@ from herald.model import (
     NewDelivery,
     ReplayResult,
 )
+from herald.overview import Overview
+from herald.overview import read as read_overview
 from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -63,31 +65,8 @@ ROTATION_WINDOW_SECONDS = 24 * 3600
 log = structlog.get_logger("herald.service")
 
 
-OVERVIEW_REJECTED_MAX = 1000
-"""The overview counts rejected outbox rows up to this many ("1000+" past it)."""
-OVERVIEW_FAILING_MAX = 5
-"""The overview names this many of the destinations failing most."""
 EVENT_DELIVERIES_MAX = 200
 """An event's page lists at most this many of its deliveries."""
-
-
-@dataclass(frozen=True, slots=True)
-class Overview:
-    """The operator console's front page: counts, never rows."""
-
-    now: float
-    last_hour: list[tuple[str, int, int]]
-    """(outcome, minute number since the epoch, finished deliveries) over the last hour."""
-    last_day: list[tuple[str, int, int]]
-    """The same in 15-minute buckets over the last 24 hours."""
-    due: int
-    scheduled_retry: int
-    held: int
-    oldest_due_age: float | None
-    rejected: int
-    in_flight: int
-    failing: list[tuple[str, str, int]]
-    """(destination id, name, failed deliveries) over the last hour, the most first."""
 
 
 class DestinationService:
@@ -554,38 +533,8 @@ class DestinationService:
 
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:
-        """What the console's front page shows (of every tenant, or of ``tenant_id``'s
-        destinations for the portal), from indexed reads only: finished deliveries by
-        outcome per minute over the last hour and per 15 minutes over the last day, the
-        pending backlog, the oldest due delivery, rejected rows (operators only)."""
-        now = time.time() if now is None else now
-        one = {"tenant_id": tenant_id}
-        hour = await self.store.outcome_counts(since=now - 3600, bucket_seconds=60, **one)
-        day = await self.store.outcome_counts(since=now - 86_400, bucket_seconds=900, **one)
-        backlog = await self.store.delivery_counts(now=now, **one)
-        next_due = await self.store.next_due_at(**one)
-        oldest_due_age = None if next_due is None or next_due > now else now - next_due
-        rejected = 0
-        if tenant_id is None:
-            rejected = await self.store.count_rejected(up_to=OVERVIEW_REJECTED_MAX + 1)
-        failing = []
-        for dest_id, failures in await self.store.failing_destinations(
-            since=now - 3600, limit=OVERVIEW_FAILING_MAX, **one
-        ):
-            dest = await self.store.get_destination(tenant_id, dest_id)
-            failing.append((dest_id, dest.name if dest else dest_id, failures))
-        return Overview(
-            now=now,
-            last_hour=hour,
-            last_day=day,
-            due=backlog["due"],
-            scheduled_retry=backlog["scheduled_retry"],
-            held=backlog["held"],
-            oldest_due_age=oldest_due_age,
-            rejected=rejected,
-            in_flight=await self.store.in_flight(**one),
-            failing=failing,
-        )
+        """What the console's front page shows (:func:`herald.overview.read`)."""
+        return await read_overview(self.store, now=now, tenant_id=tenant_id)
 
     async def find_event(
         self, tenant_id: str | None, event_id: str
@@ -621,4 +570,4 @@ class DestinationService:
         return event
 
 
-__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "Overview", "ReplayResult"]
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]

@@ -12,7 +12,7 @@ from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api
 from herald.console.session import Sessions
 from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Destination, Outcome
-from herald.service import Overview
+from herald.overview import Overview
 from herald.store.queries import load_queries
 from tests.integration.conftest import Harness
 from tests.integration.test_store import destination, record

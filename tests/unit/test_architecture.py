@@ -63,6 +63,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.outbox",
         "herald.service",
         "herald.replays",
+        "herald.overview",
         "herald.tokens",
         "herald.replayer",
     ),
