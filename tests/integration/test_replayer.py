@@ -98,13 +98,11 @@ async def test_a_replay_cancelled_mid_run_is_stored_cut_short(harness: Harness) 
     task = asyncio.create_task(h.service.replays.execute(record, matching, progress=progress))
     with pytest.raises(asyncio.CancelledError):
         await task
-    # As stored (read on a connection of its own: on SQLite the store's reader may
-    # still hold the snapshot of the read the cancel interrupted).
-    [(cut_short, requeued, finished_at)] = h.rows(
-        "SELECT cut_short, requeued, finished_at FROM herald_replays WHERE id = ?", (record.id,)
-    )
-    assert (bool(cut_short), requeued) == (True, 500)
-    assert finished_at is not None
+    # As stored, read through the store whose read the cancel interrupted: no
+    # statement of it is left open holding an old snapshot.
+    stored = await h.service.replays.get(None, record.id)
+    assert (stored.cut_short, stored.requeued) == (True, 500)
+    assert stored.finished_at is not None
 
 
 async def test_unfinished_replays_end_cut_short_where_they_stood(harness: Harness) -> None:

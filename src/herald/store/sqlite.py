@@ -227,8 +227,10 @@ class SQLiteDialect(NamedQueries):
 
     @staticmethod
     async def _rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Row]:
-        async with db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        # Stepped, fetched and finalised in one call on the connection's thread: a
+        # cancel between an execute and its fetch would leave the statement open,
+        # and with it the read snapshot the connection's next reads would see.
+        return list(await db.execute_fetchall(sql, params))
 
     async def execute(self, conn: aiosqlite.Connection, name: str, *args: Any) -> int:
         cur = await conn.execute(*self._sql(name, args))
