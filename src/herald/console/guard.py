@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 import structlog
@@ -54,24 +55,20 @@ class Door(Protocol):
         """``POST /logout``: the session ends."""
 
 
+@dataclass(slots=True)
 class Guard:
     """The middleware of one face."""
 
-    def __init__(
-        self,
-        face: Face,
-        door: Door,
-        *,
-        limiter: RateLimiter,
-        anonymous: RateLimiter,
-        body_timeout: float,
-    ) -> None:
-        self.face = face
-        self.door = door
-        self.limiter = limiter
-        self.anonymous = anonymous
-        self.body_timeout = body_timeout
-        self.static = f"{face.prefix}/static/"
+    face: Face
+    door: Door
+    _: KW_ONLY
+    limiter: RateLimiter
+    anonymous: RateLimiter
+    body_timeout: float
+    static: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.static = f"{self.face.prefix}/static/"
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
