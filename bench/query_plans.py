@@ -473,7 +473,8 @@ class Statement:
 
 
 class _RecordingConnection:
-    """An aiosqlite connection that notes every ``execute`` before passing it on."""
+    """An aiosqlite connection that notes every statement (``execute``, and
+    ``execute_fetchall``, which the store's reads use) before passing it on."""
 
     def __init__(self, conn: Any, sent: list[Statement]) -> None:
         self._conn = conn
@@ -482,6 +483,10 @@ class _RecordingConnection:
     def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> Any:
         self._sent.append(Statement(sql, tuple(parameters or ())))
         return self._conn.execute(sql, parameters)
+
+    def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Any:
+        self._sent.append(Statement(sql, tuple(parameters or ())))
+        return self._conn.execute_fetchall(sql, parameters)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
