@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-README_LIMIT_BYTES = 45_000
+README_LIMIT_BYTES = 40_000
 
 
 def pages() -> list[Path]:
