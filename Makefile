@@ -10,7 +10,7 @@ CONFIG ?= config.example.toml
 # bounce the shared RabbitMQ stay on one worker (see tests/conftest.py).
 PYTEST_ARGS ?= -n 2 --dist loadgroup -rs --durations=30
 
-.PHONY: run test lint format bench install dev clean services constraints screenshots
+.PHONY: run test test-fast lint format bench install dev clean services constraints screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ services:
 # tests may stop) must be there; a test that would skip without it fails instead.
 test: lint services
 	HERALD_REQUIRE_SERVICES=1 $(BIN)/pytest $(PYTEST_ARGS)
+
+# The lane a developer runs many times a day: lint, the unit tests, and the
+# integration tests on SQLite (no PostgreSQL, no brokers, no daemon subprocess).
+FAST_PATHS ?= tests/unit $(wildcard tests/integration/test_*.py)
+test-fast: lint
+	$(BIN)/pytest -n 2 -q -m "not postgres and not e2e" $(FAST_PATHS)
 
 # The console's screenshots in docs/console/, taken by the browser tests from a seeded database.
 screenshots: dev services

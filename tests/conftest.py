@@ -16,10 +16,21 @@ _RABBITMQ_PATHS = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks what a lane selects by: where a test lives and which database it runs on.
+
+    ``e2e`` is every test under ``tests/e2e/``; ``postgres`` is every test that runs
+    on PostgreSQL (a ``postgres`` parameter of any fixture or argument), so that
+    ``make test-fast`` can take the integration tests on SQLite alone.
+    """
     for item in items:
         path = item.nodeid.replace("\\", "/")
         if path.startswith(_RABBITMQ_PATHS):
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+        if path.startswith("tests/e2e/"):
+            item.add_marker(pytest.mark.e2e)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgres" in callspec.params.values():
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture(scope="session")
