@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import os
 import signal
@@ -264,7 +265,17 @@ class Daemon:
                     await started.cleanup()
                 if parts.pool is not None:
                     await parts.pool.stop()
-                raise ConfigError(f"{key}: cannot listen on {listen}: {exc.strerror}") from exc
+                in_use = exc.errno == errno.EADDRINUSE
+                raise ConfigError(
+                    f"{key}: cannot listen on {listen}: {exc.strerror}",
+                    hint=(
+                        f"Stop what listens on {listen} (another herald run?), or give"
+                        f" this one another port with {key} (HERALD_"
+                        f"{key.upper().replace('.', '__')}=127.0.0.1:PORT)."
+                        if in_use
+                        else None
+                    ),
+                ) from exc
         return runners
 
     async def _run(self, parts: _Parts) -> None:

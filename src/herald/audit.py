@@ -8,6 +8,8 @@ from typing import Any
 
 import structlog
 
+from herald.logs import ALWAYS
+
 audit_log = structlog.get_logger("herald.audit")
 
 
@@ -16,7 +18,8 @@ def audit(action: str, *, by: str, tenant_id: str, **fields: object) -> None:
     the API, the console and the portal: ``by`` names who (``cli:<OS user>``,
     ``api:<tenant>``, ``console:<key id>``, ``portal:<tenant>``), ``fields`` the
     objects (ids, never a body or a secret)."""
-    audit_log.info(action, by=by, tenant_id=tenant_id, **fields)
+    # Kept by a quiet CLI too: a change made at a shell leaves its line.
+    audit_log.info(action, by=by, tenant_id=tenant_id, **fields, **{ALWAYS: True})
 
 
 def update_fields(body: Mapping[str, Any]) -> dict[str, object]:

@@ -174,10 +174,20 @@ class EgressPolicy:
                 f"egress denied: {host} resolves to {ip_str} which is not a public address "
                 "and is not in the allowed networks"
             )
-            exc = EgressDenied(message)
+            exc = EgressDenied(message, hint=DENIED_HINT)
             # aiohttp's ClientConnectorError shows the OS error's strerror in its text.
             exc.strerror = message
             raise exc
+
+
+DENIED_HINT = (
+    "Point it at a public address; for a receiver on this machine or a private network"
+    " (tests, a walk-through) set security.allow_private_networks = true"
+    " (HERALD_SECURITY__ALLOW_PRIVATE_NETWORKS=true), or list the network in"
+    " security.allowed_networks, in the config that the daemon and the CLI read."
+)
+"""The hint of a refused address: loopback and private addresses are what a newcomer
+meets first, and ``allow_private_networks`` is the setting they need."""
 
 
 class GuardedResolver(AbstractResolver):
@@ -317,7 +327,9 @@ async def check_target(url: str, policy: EgressPolicy, *, field: str) -> None:
             code="url_unresolvable",
         ) from None
     except EgressDenied as exc:
-        raise ValidationError(exc.message, field=field, code="url_not_allowed") from exc
+        raise ValidationError(
+            exc.message, field=field, code="url_not_allowed", hint=exc.hint
+        ) from exc
     except ValidationError as exc:
         raise ValidationError(exc.message, field=field, code="url_invalid") from exc
     except ValueError as exc:

@@ -40,6 +40,7 @@ class HeraldError(Exception):
         field: str | None = None,
         code: str | None = None,
         also: tuple[HeraldError, ...] = (),
+        hint: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -48,6 +49,9 @@ class HeraldError(Exception):
             self.code = code
         self.also = also
         """Further problems of the same input (other fields), reported beside this one."""
+        self.hint = hint
+        """What to do about this very error, where its code's :func:`resolution` would not
+        fit it (None: the code's)."""
 
 
 class ConfigError(HeraldError, code="config_invalid"):
@@ -140,7 +144,10 @@ _RESOLUTION_BY_CODE = {
     "event_pattern_invalid": "Write a pattern as an event type, optionally ending in '*'.",
     "event_type_invalid": "Use dot-separated lowercase words, e.g. order.paid.",
     "event_type_reserved": "Use a type outside herald.…: those are Herald's own events.",
-    "event_id_invalid": "Use an id of printable characters within the length limit.",
+    "event_id_invalid": (
+        "Give an id that starts with 'evt_', of at most 255 printable characters,"
+        " or leave it out to have one generated."
+    ),
     "data_invalid": "Send data as a JSON object.",
     # Destinations.
     "destination_type_unknown": "Use one of the destination types the message lists.",
@@ -194,3 +201,8 @@ _RESOLUTION_BY_CODE = {
 def resolution(code: str, status: int = 0) -> str:
     """What to do about an error ``code`` (answered with HTTP ``status``)."""
     return _RESOLUTION_BY_CODE.get(code) or _RESOLUTION_BY_STATUS.get(status, "")
+
+
+def advice(exc: HeraldError, status: int = 0) -> str:
+    """What to do about ``exc``: its own hint, else its code's :func:`resolution`."""
+    return exc.hint or resolution(exc.code, status or exc.status)

@@ -11,6 +11,7 @@ too. Times are ISO 8601 UTC everywhere, including fields such as ``next_attempt_
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -39,6 +40,10 @@ carry every statement's parameters, event payloads included."""
 _debug = False
 _json = False
 _handler: logging.Handler | None = None
+
+ALWAYS = "_always"
+"""A line's key that keeps it through a quiet configuration (the audit trail's lines);
+it is removed before the line is written."""
 
 
 def debug_enabled() -> bool:
@@ -79,15 +84,19 @@ def _library_name(
     return event_dict
 
 
-def configure(*, level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+def configure(
+    *, level: str = "info", fmt: str = "auto", stream: TextIO | None = None, quiet: bool = False
+) -> None:
     """Configure structlog and the standard library's logging once per process; every
-    line goes to ``stream`` (stderr by default)."""
+    line goes to ``stream`` (stderr by default). ``quiet`` (the CLI's commands without
+    ``--verbose``) keeps only warnings, errors and the lines marked :data:`ALWAYS`."""
     global _debug, _json, _handler
     _debug = level == "debug"
     out = stream or sys.stderr
     use_console = fmt == "console" or (fmt == "auto" and out.isatty())
     _json = not use_console
     shared: list[Any] = [
+        functools.partial(_quiet, quiet),
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -144,6 +153,15 @@ def configure(*, level: str = "info", fmt: str = "auto", stream: TextIO | None =
 
     sys.excepthook = uncaught
     threading.excepthook = uncaught_in_thread
+
+
+def _quiet(
+    quiet: bool, _: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    always = event_dict.pop(ALWAYS, False)
+    if quiet and not always and method in ("debug", "info"):
+        raise structlog.DropEvent
+    return event_dict
 
 
 def _library_level(level: str) -> int:

@@ -21,6 +21,7 @@ import structlog
 from herald.errors import HeraldError, NotFound
 from herald.fields import check_event_types
 from herald.ids import new_id
+from herald.logs import ALWAYS
 from herald.metrics import replay_source
 from herald.model import DeliveryFilter, DeliveryKind, Replay, ReplayOutcome, ReplayResult
 from herald.store import Store
@@ -90,6 +91,7 @@ def _log(
         requeued=0 if record is None else record.requeued,
         rate_per_second=rate_per_second or None,
         **cut,
+        **{ALWAYS: True},
     )
 
 

@@ -132,13 +132,31 @@ class InstanceLock:
             fh.close()
             raise ConfigError(
                 f"another herald run ({holder}) is already using {self.path.with_suffix('')};"
-                " SQLite allows one instance — use PostgreSQL to run several"
+                " SQLite allows one instance — use PostgreSQL to run several",
+                hint=(
+                    f"Stop the other herald run ({holder}) first, or give this one a"
+                    " database of its own (database.url)."
+                ),
             ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         fh.flush()
         self._fh = fh
+
+    def holder(self) -> str | None:
+        """Who holds the lock now (``pid N on HOST``), or None; takes and changes nothing."""
+        try:
+            fh = self.path.open()
+        except OSError:
+            return None
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return fh.read().strip() or "another process"
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return None
 
     def release(self) -> None:
         if self._fh is not None:
@@ -159,6 +177,9 @@ class Preflight:
     """Whether ``api.listen`` can be bound now."""
     database: str | None
     """The database's schema against this version's (None: not asked)."""
+    blockers: tuple[str, ...] = ()
+    """What would make ``herald run`` fail right now although the config is valid: a
+    listener's port in use, the SQLite file held by another ``herald run``."""
 
 
 async def preflight(settings: Settings, *, check_db: bool) -> Preflight:
@@ -184,12 +205,29 @@ async def preflight(settings: Settings, *, check_db: bool) -> Preflight:
     previous_keys(settings)
     egress_policy(settings)
     api = settings.api
-    try:
-        with socket.create_server((api.host, api.port), reuse_port=False):
-            listen = f"{api.listen} is free"
-    except OSError as exc:
-        # Not a refusal: the daemon this config belongs to may be the one holding it.
-        listen = f"{api.listen} cannot be bound now ({exc.strerror}); is herald running?"
+    blockers: list[str] = []
+    listen = f"{api.listen} is free"
+    listeners = [("api.listen", api.listen, api.host, api.port)]
+    if settings.metrics.listen is not None:
+        m = settings.metrics
+        listeners.append(("metrics.listen", m.listen or "", m.host, m.port))
+    for setting, where, host, port in listeners:
+        try:
+            with socket.create_server((host, port), reuse_port=False):
+                pass
+        except OSError as exc:
+            # The config is valid, but run would fail now: a second daemon on the same
+            # config is the usual case.
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            blockers.append(f"{setting} {where} cannot be bound now ({why})")
+            if setting == "api.listen":
+                listen = f"{where} cannot be bound now ({why}); is herald running?"
+    if settings.database.sqlite_path is not None:
+        holder = InstanceLock(settings.database.sqlite_path).holder()
+        if holder is not None:
+            blockers.append(
+                f"another herald run ({holder}) is using {settings.database.sqlite_path}"
+            )
     database = None
     if check_db:
         dialect = "sqlite" if settings.database.sqlite_path is not None else "postgres"
@@ -214,4 +252,5 @@ async def preflight(settings: Settings, *, check_db: bool) -> Preflight:
         retry_schedule=retry_policy(settings).schedule(),
         listen=listen,
         database=database,
+        blockers=tuple(blockers),
     )

@@ -12,6 +12,7 @@ from herald.errors import (
     HeraldError,
     StorageError,
     ValidationError,
+    advice,
     resolution,
 )
 
@@ -46,19 +47,15 @@ def error_body(exc: HeraldError, request_id: str, status: int | None = None) -> 
             code, message = "storage_unavailable", "the database is unavailable"
         elif isinstance(exc, CryptoError):
             code, message = "decryption_failed", "stored credentials cannot be decrypted"
-    items = [_item(exc.type if status != 500 else "api_error", code, message, exc.field, status)]
+    advise = advice(exc, status) if status != 500 else resolution(code, status)
+    items = [_item(exc.type if status != 500 else "api_error", code, message, exc.field, advise)]
     if status != 500:
-        items += [_item(e.type, e.code, e.message, e.field, status) for e in exc.also]
+        items += [_item(e.type, e.code, e.message, e.field, advice(e, status)) for e in exc.also]
     return {"errors": items, "request_id": request_id}
 
 
-def _item(type_: str, code: str, message: str, field: str | None, status: int) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "type": type_,
-        "code": code,
-        "message": message,
-        "resolution": resolution(code, status),
-    }
+def _item(type_: str, code: str, message: str, field: str | None, advise: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": type_, "code": code, "message": message, "resolution": advise}
     if field:
         item["field"] = field
     return item

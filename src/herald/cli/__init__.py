@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import argcomplete
 import structlog
 
-from herald.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError
+from herald.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
 from herald.cli.keys import cmd_keys
 from herald.cli.ops import (
@@ -29,7 +29,7 @@ from herald.cli.output import visible
 from herald.cli.parser import build_parser
 from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
 from herald.config import Settings, load_settings
-from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, resolution
+from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, advice
 from herald.logs import configure as configure_logs
 from herald.logs import json_enabled
 
@@ -49,9 +49,11 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
 }
 
 
-def _die(exc: HeraldError, code: int, *, daemon: bool = False) -> NoReturn:
+def _die(exc: HeraldError, code: int, *, daemon: bool = False, command: str = "herald") -> NoReturn:
     """Every problem of the input, one line each, then what to do about the first."""
-    hint = resolution(exc.code, exc.status)
+    hint = advice(exc)
+    if exc.code == "usage" and exc.hint is None:
+        hint = f"Run {command!r} with --help."
     problems = [_with_field(problem) for problem in (exc, *exc.also)]
     if daemon and json_enabled():
         # The daemon's stderr is read by a log collector: its last line is JSON too.
@@ -71,20 +73,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Shell completion: answers and exits when the shell asks (_ARGCOMPLETE is set);
     # otherwise it does nothing. Enable with: eval "$(register-python-argcomplete herald)"
     argcomplete.autocomplete(parser)
+    if not (sys.argv[1:] if argv is None else argv):
+        parser.print_help()
+        return EXIT_OK
     args = parser.parse_args(argv)
+    daemon = args.command == "run"
+    command = " ".join(["herald", args.command, *([args.action] if "action" in args else [])])
     try:
         settings = load_settings(args.config)
-        if args.command == "run":
+        if daemon:
             return cmd_run(settings, args)
         if args.command == "worker":
             return cmd_worker(settings, args)
-        # Commands print results on stdout; their log lines go to stderr.
-        configure_logs(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
+        # Commands print results on stdout. Their log lines go to stderr, and only what
+        # went wrong and the audit trail unless --verbose: info lines on a terminal
+        # would interleave with the output.
+        configure_logs(
+            level=settings.log.level,
+            fmt=settings.log.format,
+            stream=sys.stderr,
+            quiet=not args.verbose,
+        )
         return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
     except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
-        _die(exc, EXIT_USAGE, daemon=args.command == "run")
+        _die(exc, EXIT_USAGE, daemon=daemon, command=command)
     except HeraldError as exc:
-        _die(exc, EXIT_FAILED, daemon=args.command == "run")
+        _die(exc, EXIT_FAILED, daemon=daemon, command=command)
     except KeyboardInterrupt:
         return 130
 

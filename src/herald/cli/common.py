@@ -28,7 +28,7 @@ def parse_when(value: str) -> float:
     try:
         return timeutil.parse_when(value)
     except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(str(exc), code="timestamp_invalid") from exc
 
 
 def read_body(value: str) -> Any:
@@ -43,7 +43,11 @@ def read_body(value: str) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"--data is not valid JSON: {exc}") from exc
+        raise BadRequest(
+            f"--data is not valid JSON: {exc}",
+            code="invalid_json",
+            hint="Give --data one well-formed JSON value inline, or @file.json to read a file.",
+        ) from exc
 
 
 def json_object(body: Any) -> dict[str, Any]:

@@ -35,6 +35,11 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
 
     found = await preflight(settings, check_db=getattr(args, "check_db", False))
     verdict = "OK: herald run would start with this configuration"
+    if found.blockers:
+        verdict = "NOT OK: the configuration is valid, but herald run would fail now: " + (
+            "; ".join(found.blockers)
+        )
+    status = EXIT_FAILED if found.blockers else EXIT_OK
     if getattr(args, "json", False):
         print_json(
             {
@@ -43,10 +48,11 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
                 "retry_schedule_seconds": found.retry_schedule,
                 "listen": found.listen,
                 "database": found.database,
-                "ok": True,
+                "blockers": list(found.blockers),
+                "ok": not found.blockers,
             }
         )
-        return EXIT_OK
+        return status
     schedule = found.retry_schedule
     print_json(masked(settings))
     print()
@@ -62,7 +68,7 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
     if found.database is not None:
         print(f"database: {found.database}")
     print(verdict)
-    return EXIT_OK
+    return status
 
 
 async def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:

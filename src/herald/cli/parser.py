@@ -3,31 +3,93 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from herald import __version__
 from herald.model import DEFAULT_TENANT, DeliveryStatus, DestinationStatus
 
+HIDDEN_COMMANDS = frozenset({"worker"})
+"""Commands that exist for Herald's own use and are offered nowhere."""
+
+
+class HeraldParser(argparse.ArgumentParser):
+    """argparse, speaking like the rest of the CLI: each usage error is followed by a
+    ``herald: hint:`` line that fits it — the close match of a mistyped command, action
+    or option, else where that command's help is."""
+
+    def error(self, message: str, hint: str | None = None) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"herald: error: {message}", file=sys.stderr)
+        print(f"herald: hint: {hint or f'Run {self.prog!r} with --help.'}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        offered = [str(c) for c in choices if c not in HIDDEN_COMMANDS]
+        if isinstance(action, argparse._SubParsersAction):
+            what = f"{str(action.metavar or 'command').lower()} {value!r}"
+        else:
+            what = f"value {value!r} for {'/'.join(action.option_strings) or action.dest}"
+        self.error(
+            f"unknown {what} (choose from {', '.join(offered)})",
+            _did_you_mean(str(value), offered) or "Use one of the values listed.",
+        )
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and not self._subparsers:
+            # A command's own parser: what it does not know, it names (the top parser
+            # would only say "unrecognized arguments", without knowing whose).
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            word = extras[0]
+            guess = _did_you_mean(word.split("=", 1)[0], options) if word[:1] == "-" else None
+            kind = "option" if word[:1] == "-" else "argument"
+            self.error(f"unrecognized {kind} {word!r}", guess)
+        return parsed, extras
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """``did you mean 'X'?`` for the candidate closest to ``word``, or None."""
+    names = list(candidates)
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    if not close and len(word.lstrip("-")) >= 3:
+        # A prefix counts too: "dest" for "destinations", "--all" for "--all-tenants".
+        close = [n for n in names if n.startswith(word)][:1]
+    return f"did you mean {close[0]!r}?" if close else None
+
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
+    base = HeraldParser(add_help=False)
+    base.add_argument(
         "--config", type=Path, help="TOML config file (default: none, built-in defaults)"
     )
-    scoped = argparse.ArgumentParser(add_help=False, parents=[common])
+    common = HeraldParser(add_help=False, parents=[base])
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print the command's informational log lines on stderr",
+    )
+    scoped = HeraldParser(add_help=False, parents=[common])
     scoped.add_argument(
         "--tenant", default=DEFAULT_TENANT, help="tenant to act for (default: %(default)s)"
     )
     scoped.add_argument("--json", action="store_true", help="print the API's JSON representation")
     # Operators' listings may look across tenants.
-    everyone = argparse.ArgumentParser(add_help=False)
+    everyone = HeraldParser(add_help=False)
     everyone.add_argument(
         "--all-tenants", action="store_true", help="every tenant's, not only --tenant's"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = HeraldParser(
         prog="herald",
         description="Herald event delivery engine: run the daemon, manage destinations,"
         " follow deliveries and replay them. Every command takes --config; settings can"
@@ -38,10 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = functools.partial(_command, sub)
 
-    command("run", [common], "run the daemon", ["herald run --config /etc/herald/herald.toml"])
+    command("run", [base], "run the daemon", ["herald run --config /etc/herald/herald.toml"])
     # Started by `herald run` when delivery.worker_processes > 1; not for direct use. No
     # help= at all: that keeps it out of the list (help=SUPPRESS prints "==SUPPRESS==").
-    sub.add_parser("worker", parents=[common])
+    sub.add_parser("worker", parents=[base])
     command(
         "migrate",
         [common],
@@ -88,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = _group(sub, "keys", "API keys and operator keys; rotate the encryption key")
     command = functools.partial(_command, keys)
-    kinded = argparse.ArgumentParser(add_help=False, parents=[scoped])
+    kinded = HeraldParser(add_help=False, parents=[scoped])
     kinded.add_argument(
         "--operator",
         action="store_true",
