@@ -24,7 +24,7 @@ from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_console_http import Client
 from tests.e2e.test_delivery import wait_active
 from tests.support.api import open_api
-from tests.support.daemon import Herald, free_port
+from tests.support.daemon import free_port
 from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.e2e
