@@ -603,7 +603,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         if secret:
             text = text.replace(secret, MASK)
-    return _URL_PASSWORD.sub(rf"\1{MASK}@", text)
+    return _URL_PASSWORD.sub(rf"\1{MASK}@", text) if "://" in text else text
 
 
 class Redactor:
