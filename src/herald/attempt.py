@@ -70,12 +70,15 @@ async def attempt(
         except ValueError as exc:
             # What cannot be put on the wire as it is (a control character in a header,
             # a value the SDK refuses): no retry changes that, and it is no crash.
-            log.warning("attempt_unsendable", **log_ids(item), error=repr(exc))
+            log.warning("attempt_unsendable", **log_ids(item), error=catalog.redact(repr(exc)))
             result = Result.permanent(f"cannot be sent by the {type_id} adapter: {exc!r}")
         except Exception as exc:  # an adapter bug must not kill the engine
             log.exception("adapter_crashed", **log_ids(item), destination_type=type_id)
             result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
     duration_ms = (time.perf_counter() - t0) * 1000
+    # No operator secret (a proxy's or the database's password) in anything a tenant
+    # or the log sees, whatever a library quoted.
+    error, excerpt = catalog.redact(result.error), catalog.redact(result.excerpt)
     attempt = Attempt(
         id=new_id("att_"),
         delivery_id=item.id,
@@ -84,8 +87,8 @@ async def attempt(
         duration_ms=round(duration_ms, 3),
         outcome=result.outcome,
         response_status=result.status,
-        error=result.error,
-        response_excerpt=result.excerpt,
+        error=error,
+        response_excerpt=excerpt,
     )
     if span is not None:
         tracing.finish(
@@ -102,7 +105,7 @@ async def attempt(
                 "herald.attempt": number,
                 "herald.outcome": result.outcome.value,
                 "http.response.status_code": result.status,
-                "herald.error": result.error,
+                "herald.error": error,
             },
         )
     if result.outcome is Outcome.SUCCESS:

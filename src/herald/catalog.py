@@ -13,6 +13,7 @@ import structlog
 
 from herald.adapters.base import Adapter, DestinationConfig
 from herald.adapters.registry import Registry
+from herald.config import Redactor
 from herald.errors import HeraldError
 from herald.match import SubscriptionIndex
 from herald.model import DeliveryKind, Destination, DueDelivery
@@ -40,6 +41,11 @@ class Catalog:
         # One refresh at a time: an older read finishing after a newer one would put
         # stale destinations (say, a secret from before a rotation) back in place.
         self._refreshing = asyncio.Lock()
+
+    @property
+    def redact(self) -> Redactor:
+        """The masking every recorded attempt's error and excerpt goes through."""
+        return self._registry.redact
 
     @property
     def version(self) -> int:

@@ -7,16 +7,17 @@ message that names each offending key.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import functools
 import ipaddress
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, unquote_plus, urlsplit
 
 import pydantic
 from pydantic import (
@@ -543,3 +544,81 @@ def masked(settings: Settings) -> dict[str, Any]:
         MASK for _ in settings.security.previous_encryption_keys
     ]
     return out
+
+
+# A URL's password in free text (a library's message quoting a URL): ``scheme://user:…@``.
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#@]+@")
+_SHORTEST_SECRET = 4  # shorter values would mask ordinary words, not secrets
+
+
+def operator_secrets(settings: Settings) -> tuple[str, ...]:
+    """Every secret of the operator's that a library message could quote, for
+    :class:`Redactor`: the password of every URL in the settings (``database.url``,
+    ``delivery.webhook_proxy``, and any URL a section adds, such as an outbox
+    source's) as written, percent-decoded and as the Basic credentials sent for it,
+    and the encryption keys. A new secret that is not in a URL is added here."""
+    found: set[str] = set()
+    for value in _strings(settings.model_dump(mode="python")):
+        found.update(_url_secrets(value))
+    keys = [settings.security.encryption_key, *settings.security.previous_encryption_keys]
+    found.update(key.get_secret_value() for key in keys if key is not None)
+    # Longest first: a secret that contains another is masked whole.
+    return tuple(sorted((s for s in found if len(s) >= _SHORTEST_SECRET), key=len, reverse=True))
+
+
+def _strings(data: Any) -> Iterator[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for value in data.values():
+            yield from _strings(value)
+    elif isinstance(data, list | tuple):
+        for value in data:
+            yield from _strings(value)
+
+
+def _url_secrets(value: str) -> set[str]:
+    """The password of the URL ``value`` (userinfo or ``…password=`` parameter), in
+    the forms it travels in; nothing when ``value`` is no such URL."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return set()
+    if not parts.scheme or not parts.netloc:
+        return set()
+    out: set[str] = set()
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if at and colon and password:
+        plain = f"{unquote(user)}:{unquote(password)}"
+        out.update((password, unquote(password), base64.b64encode(plain.encode()).decode()))
+    for name, _, raw in (pair.partition("=") for pair in parts.query.split("&")):
+        if name.lower().endswith("password") and raw:
+            out.update((raw, unquote(raw), unquote_plus(raw)))
+    return out
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` and any URL's password replaced by ``********``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, MASK)
+    return _URL_PASSWORD.sub(rf"\1{MASK}@", text) if "://" in text else text
+
+
+class Redactor:
+    """The one masking step every recorded attempt's error and excerpt goes through
+    (herald.attempt), and with it every place that shows them: the API, the console,
+    the portal, the CLI, the log and the operational events' ``last_error``."""
+
+    __slots__ = ("secrets",)
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = tuple(secrets)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Redactor:
+        return cls(operator_secrets(settings))
+
+    def __call__(self, text: str | None) -> str | None:
+        return None if text is None else redact(text, self.secrets)

@@ -1494,7 +1494,8 @@ async def test_rate_limit_headers_429_and_recovery(herald_factory: HeraldFactory
         assert status == 200
         assert ratelimit_fields(headers["RateLimit"])["r"] == "3"
         assert [d["id"] for d in listed["data"]] == [created["id"]]  # the 429 POST made nothing
-        # The OpenAPI document is not rate limited.
+        # The OpenAPI document is not counted against the tenant (it needs no key: its
+        # address's budget counts it, tests/e2e/test_openapi_served.py).
         for _ in range(6):
             assert (await api.get("/v2/openapi.json"))[0] == 200
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from herald.adapters.base import Adapter, AdapterContext, DestinationConfig, Result
+from herald.adapters.httpdelivery import Proxy
 from herald.adapters.registry import Registry
 from herald.adapters.webhook import WebhookAdapter
 from herald.config import Settings
@@ -228,6 +229,39 @@ async def test_connection_refused_is_retryable(registry: Registry) -> None:
     assert result.status is None
     assert result.error is not None
     assert result.error.startswith("connection failed")
+
+
+async def test_an_unreachable_proxy_is_named_without_its_url(tmp_path: Path) -> None:
+    """The proxy's address and credentials are the operator's: the tenant reads a
+    fixed text (the refusing proxy: tests/e2e/test_proxy_credentials.py)."""
+    port = closed_port()
+    settings = make_settings(
+        f"sqlite:///{tmp_path / 'unused.db'}",
+        delivery={"webhook_proxy": f"http://squid:Pr0xy-S3cret@127.0.0.1:{port}"},
+    )
+    registry = Registry(AdapterContext(settings=settings, egress=EgressPolicy(allow_private=True)))
+    try:
+        dest, raw = make_dest("https://127.0.0.1:9/hook")
+        result = await deliver(registry, dest, raw, make_event())
+    finally:
+        await registry.close()
+    assert result.outcome is Outcome.FAILURE_RETRYABLE
+    assert result.error == "connection failed: egress proxy unreachable"
+
+
+def test_proxy_credentials_go_to_the_proxy_only() -> None:
+    proxy = Proxy.parse("http://squid:Pr0xy%2FS3cret@proxy.internal:3128")
+    assert str(proxy.url) == "http://proxy.internal:3128"
+    basic = "Basic c3F1aWQ6UHIweHkvUzNjcmV0"  # squid:Pr0xy/S3cret
+    # Plain HTTP: the proxy reads the request itself. https: the CONNECT carries them,
+    # the request inside the tunnel (which the target reads) does not.
+    assert proxy.headers("http://t/h", {"a": "1"}) == (
+        {"a": "1", "Proxy-Authorization": basic},
+        None,
+    )
+    assert proxy.headers("https://t/h", {"a": "1"}) == ({"a": "1"}, {"Proxy-Authorization": basic})
+    bare = Proxy.parse("http://proxy.internal:3128")
+    assert bare.headers("http://t/h", {"a": "1"}) == ({"a": "1"}, None)
 
 
 class Streamer:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from herald import config
-from herald.config import Settings, load_settings, masked
+from herald.config import Redactor, Settings, load_settings, masked, operator_secrets
 from herald.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,3 +281,39 @@ def test_an_unknown_key_in_the_file_suggests_the_nearest(tmp_path: Path) -> None
         caught.value.message
     )
     assert "relais: unknown key; did you mean relay?" in caught.value.message
+
+
+def test_operator_secrets_are_every_url_password_and_the_keys(tmp_path: Path) -> None:
+    from herald.crypto import generate_key
+
+    key = generate_key()
+    settings = Settings.model_validate(
+        {
+            "database": {"url": "postgresql://db/herald?user=h&password=Q%2BS3cret"},
+            "delivery": {"webhook_proxy": "http://squid:Pr0xy%2FS3cret@proxy.internal:3128"},
+            "security": {"previous_encryption_keys": [key]},
+        }
+    )
+    secrets = operator_secrets(settings)
+    assert {"Q%2BS3cret", "Q+S3cret", "Pr0xy%2FS3cret", "Pr0xy/S3cret", key} <= set(secrets)
+    # The Basic credentials a proxy is sent, base64 of "squid:Pr0xy/S3cret".
+    assert "c3F1aWQ6UHIweHkvUzNjcmV0" in secrets
+    assert operator_secrets(Settings()) == ()
+
+
+def test_the_redactor_masks_operator_secrets_and_any_url_password() -> None:
+    redact = Redactor.of(
+        Settings.model_validate({"delivery": {"webhook_proxy": "http://squid:Pr0xy%2FS3cret@p:1"}})
+    )
+    assert redact(None) is None
+    assert redact("HTTP 503") == "HTTP 503"
+    assert redact("refused: Pr0xy/S3cret and c3F1aWQ6UHIweHkvUzNjcmV0") == (
+        "refused: ******** and ********"
+    )
+    # A URL's password is masked even when it is nobody's known secret.
+    assert redact("url='amqp://guest:Other-S3cret@mq:5672/'") == (
+        "url='amqp://guest:********@mq:5672/'"
+    )
+    assert redact("connect to host 127.0.0.1:9 ssl:default") == (
+        "connect to host 127.0.0.1:9 ssl:default"
+    )

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from herald.config import MASK as MASK  # what a masked credential reads as
+from herald.config import redact
 from herald.egress import EgressPolicy, TargetCheck, check_target, check_url_host
 from herald.errors import EgressDenied, ValidationError
 from herald.model import Destination, Event, Outcome
@@ -30,7 +32,6 @@ from herald.model import Destination, Event, Outcome
 if TYPE_CHECKING:
     from herald.config import Settings
 
-MASK = "********"
 P = TypeVar("P")
 
 
@@ -218,8 +219,10 @@ class ShuttingDown(Exception):
 
 
 def masked(text: str, secret: str | None) -> str:
-    """Defence in depth: no library message may carry ``secret`` into a record or log."""
-    return text.replace(secret, MASK) if secret else text
+    """Defence in depth: no library message may carry ``secret`` (a destination's
+    password) into a record or log. The operator's own secrets are masked from every
+    recorded attempt as well (:class:`herald.config.Redactor`)."""
+    return redact(text, (secret,) if secret else ())
 
 
 def describe(exc: BaseException) -> str:

@@ -7,17 +7,24 @@ followed; a ``Retry-After`` on 429/503 is passed to the engine; the response
 body is read up to 1 KiB and the connection is dropped rather than drained past
 that. The status maps to an outcome the same way for every HTTP type: 2xx is
 success, 3xx and the 4xx a retry cannot fix are permanent, the rest retryable.
+
+Behind the operator's proxy (:class:`Proxy`) the credentials travel as
+``Proxy-Authorization`` only, never in the URL aiohttp holds, and a proxy's own
+failure reads as a fixed text that names no proxy: library messages quote the
+proxy's URL, and an attempt's error is the tenant's to read.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from herald import __version__
 from herald.adapters.base import Adapter, AdapterContext, PerDestination, Result
@@ -29,6 +36,7 @@ __all__ = [
     "EXCERPT_BYTES",
     "RETRYABLE_4XX",
     "HTTPAdapter",
+    "Proxy",
     "TargetCheck",
     "json_headers",
     "new_session",
@@ -41,6 +49,35 @@ EXCERPT_BYTES = 1024
 RETRYABLE_4XX = frozenset({408, 409, 423, 425, 429})
 
 P = TypeVar("P")
+
+
+class Proxy(NamedTuple):
+    """The operator's forward proxy: its URL without credentials, and those apart."""
+
+    url: URL
+    authorization: str | None
+    """The ``Proxy-Authorization`` value (Basic), if the configured URL had credentials."""
+
+    @classmethod
+    def parse(cls, url: str) -> Proxy:
+        """``http://user:password@host:port`` (percent-encoded) into its two halves."""
+        parsed = URL(url)
+        if parsed.user is None and parsed.password is None:
+            return cls(parsed, None)
+        plain = f"{parsed.user or ''}:{parsed.password or ''}".encode()
+        return cls(parsed.with_user(None), f"Basic {base64.b64encode(plain).decode()}")
+
+    def headers(
+        self, url: str, headers: Mapping[str, str]
+    ) -> tuple[Mapping[str, str], Mapping[str, str] | None]:
+        """The request's headers and the ``CONNECT``'s for a POST to ``url``: the
+        credentials go to the proxy only, never through an https tunnel to the target."""
+        if self.authorization is None:
+            return headers, None
+        auth = {"Proxy-Authorization": self.authorization}
+        if url[:6].lower() == "https:":
+            return headers, auth
+        return {**headers, **auth}, None
 
 
 def json_headers() -> dict[str, str]:
@@ -86,7 +123,7 @@ async def post(
     body: bytes,
     headers: Mapping[str, str],
     egress: EgressPolicy,
-    proxy: str | None = None,
+    proxy: Proxy | None = None,
     targets: TargetCheck | None = None,
 ) -> Result:
     """POST ``body`` once and turn the response (or the failure) into a typed Result.
@@ -97,8 +134,16 @@ async def post(
         check_url_host(url, egress)
         if proxy is not None and targets is not None:
             await targets.check(url)
+        proxy_headers = None
+        if proxy is not None:
+            headers, proxy_headers = proxy.headers(url, headers)
         async with session.post(
-            url, data=body, headers=headers, allow_redirects=False, proxy=proxy
+            url,
+            data=body,
+            headers=headers,
+            allow_redirects=False,
+            proxy=proxy.url if proxy else None,
+            proxy_headers=proxy_headers,
         ) as resp:
             excerpt = await read_excerpt(resp)
             status = resp.status
@@ -107,6 +152,10 @@ async def post(
                 retry_after = parse_retry_after(value, now=time.time())
     except EgressDenied as exc:
         return Result.permanent(exc.message)
+    except aiohttp.ClientHttpProxyError as exc:  # the proxy refused the CONNECT
+        return Result.retryable(f"egress proxy refused the request ({exc.status})")
+    except aiohttp.ClientProxyConnectionError:
+        return Result.retryable("connection failed: egress proxy unreachable")
     except aiohttp.ClientConnectorError as exc:
         if isinstance(exc.os_error, EgressDenied):
             return Result.permanent(exc.os_error.message)
@@ -154,7 +203,7 @@ class HTTPAdapter(Adapter, Generic[P]):
         return self.ctx.settings.delivery.webhook_timeout_seconds
 
     @property
-    def proxy(self) -> str | None:
+    def proxy(self) -> Proxy | None:
         """The operator's HTTP proxy every POST goes through, if any."""
         return None
 

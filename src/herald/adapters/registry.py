@@ -8,6 +8,7 @@ from typing import Any
 import pydantic
 
 from herald.adapters.base import Adapter, AdapterContext, DestinationConfig
+from herald.config import Redactor
 from herald.errors import ValidationError
 
 
@@ -42,6 +43,8 @@ class Registry:
     def __init__(self, ctx: AdapterContext, classes: list[type[Adapter]] | None = None) -> None:
         self._adapters: dict[str, Adapter] = {}
         self._names: dict[str, str] = {}
+        self.redact = Redactor.of(ctx.settings)
+        """Masks the operator's secrets from what an attempt records (herald.attempt)."""
         for cls in classes if classes is not None else adapter_classes():
             self._adapters[cls.type_id] = cls(ctx)
             for name in (cls.type_id, *cls.aliases):

@@ -27,7 +27,7 @@ from herald.adapters.base import (
     dial,
     sensitive,
 )
-from herald.adapters.httpdelivery import HTTPAdapter, json_headers
+from herald.adapters.httpdelivery import HTTPAdapter, Proxy, json_headers
 from herald.errors import ValidationError
 from herald.model import Destination, Event
 from herald.signing import parse_secret, signature_header
@@ -130,10 +130,11 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
         # Read once: the sessions are built for it (unguarded behind a proxy).
-        self._proxy = ctx.settings.delivery.webhook_proxy
+        url = ctx.settings.delivery.webhook_proxy
+        self._proxy = Proxy.parse(url) if url else None
 
     @property
-    def proxy(self) -> str | None:
+    def proxy(self) -> Proxy | None:
         return self._proxy
 
     def source_addresses(self) -> Sequence[str | None]:

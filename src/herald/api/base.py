@@ -188,7 +188,10 @@ class ApiBase:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         extra_headers: dict[str, str] = {}
         try:
-            if request.path != f"{PREFIX}/openapi.json":
+            if request.path == f"{PREFIX}/openapi.json":
+                # It needs no key: counted like any request without one.
+                await self._limit_address(request, extra_headers)
+            else:
                 tenant = await self._authenticate(request, extra_headers)
                 request[TENANT] = tenant
                 decision = await self.limiter.hit(tenant)
@@ -255,16 +258,22 @@ class ApiBase:
 
     async def _authenticate(self, request: web.Request, headers: dict[str, str]) -> str:
         """The tenant of the request's key; Unauthorized, or RateLimited once its client
-        address has sent ``api.unauthenticated_rate_limit_requests`` requests without
-        a valid key in the window. A valid key is served from any address: a flood
-        from behind the same proxy does not lock its users out."""
-        address = request.remote or "unknown"
+        address has sent too many requests without a valid key (:meth:`_limit_address`).
+        A valid key is served from any address: a flood from behind the same proxy does
+        not lock its users out."""
         try:
             return await self._tenant(request)
         except Unauthorized:
-            decision = await self.anonymous.hit(address)
-            if decision.allowed:
-                raise
+            await self._limit_address(request, headers)
+            raise
+
+    async def _limit_address(self, request: web.Request, headers: dict[str, str]) -> None:
+        """Count one request without a valid key against its client address;
+        RateLimited past ``api.unauthenticated_rate_limit_requests`` in the window."""
+        address = request.remote or "unknown"
+        decision = await self.anonymous.hit(address)
+        if decision.allowed:
+            return
         request[QUIET] = True
         if decision.refused == 1:
             log.warning(

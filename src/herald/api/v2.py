@@ -7,12 +7,15 @@ Spec 000's conventions (auth, errors, rate limits, pagination, idempotency) are
 
 from __future__ import annotations
 
+import functools
+
 from aiohttp import web
 
-from herald.api.base import PREFIX, json_response
+from herald.api.base import PREFIX
 from herald.api.deliveries import DeliveryHandlers
 from herald.api.destinations import DestinationHandlers
 from herald.api.events import EventHandlers
+from herald.api.openapi import Served
 
 
 class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
@@ -45,7 +48,15 @@ class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
         r.add_post(f"{p}/token", self.create_token)
 
     # --- docs -----------------------------------------------------------------
-    async def openapi(self, request: web.Request) -> web.StreamResponse:
-        from herald.api.openapi import document
+    @functools.cached_property
+    def _openapi(self) -> Served:
+        return Served.build(self.models)
 
-        return json_response(document(self.models))
+    async def openapi(self, request: web.Request) -> web.StreamResponse:
+        """The OpenAPI document: no key needed, counted per client address (the
+        middleware), and 304 to a client that already holds this version."""
+        served = self._openapi
+        headers = {"ETag": served.etag, "Cache-Control": "no-cache"}
+        if served.matches(request.headers.get("If-None-Match", "")):
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=served.body, content_type="application/json", headers=headers)
