@@ -253,7 +253,8 @@ class Daemon:
         if own:
             scrape = web.Application()
             ops.add_routes(scrape, readiness=readiness, metrics=self.metrics)
-            runners.append(web.AppRunner(scrape, access_log=None))
+            # Caps of its own: a flood of the API's port leaves the probes answering here.
+            runners.append(server.Runner(scrape, s.api))
             sites.append(("metrics.listen", s.metrics.listen or "", s.metrics.host, s.metrics.port))
         for runner, (key, listen, host, port) in zip(runners, sites, strict=True):
             await runner.setup()

@@ -43,6 +43,7 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
                 "retry_schedule_seconds": found.retry_schedule,
                 "listen": found.listen,
                 "database": found.database,
+                "warnings": found.warnings,
                 "ok": True,
             }
         )
@@ -61,6 +62,8 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
     print(f"api.listen: {found.listen}")
     if found.database is not None:
         print(f"database: {found.database}")
+    for warning in found.warnings:
+        print(f"warning: {warning}")
     print(verdict)
     return EXIT_OK
 
