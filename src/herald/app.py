@@ -23,7 +23,7 @@ from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
-from herald.metrics import DatabaseCounts, Metrics
+from herald.metrics import DATABASE_FAILURE_MEMORY, DatabaseCounts, Metrics
 from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.replayer import Replayer
@@ -76,6 +76,9 @@ class Daemon:
         )
         self.stop = asyncio.Event()
         self.exit_code = 0
+        self.beat_error: str | None = None
+        """Why the last heartbeat (a write every delivery.heartbeat_seconds, idle or
+        not) failed; None once one succeeds. /readyz reports it."""
         self.key = b""
         self.metrics = Metrics(per_destination=settings.metrics.per_destination)
         self.notifier = Notifier()
@@ -212,6 +215,19 @@ class Daemon:
         except StorageError as exc:
             self.metrics.database_result("readiness", False)
             problems["database"] = exc.message
+        if "database" not in problems:
+            # Reads (the ping) can work while every write fails, and an idle pipeline
+            # writes nothing but the heartbeat: follow it and herald_database_up,
+            # which costs no round trip of its own.
+            failing = self.metrics.failing_components()
+            if self.beat_error is not None:
+                problems["database"] = f"cannot write to the database: {self.beat_error}"
+            elif failing:
+                problems["database"] = (
+                    "round trips failed within the last"
+                    f" {DATABASE_FAILURE_MEMORY:g} s: {', '.join(failing)}"
+                    " (herald_database_up is 0)"
+                )
         if not relay.running:
             problems["relay"] = "not running"
         elif relay.storage_error is not None:
@@ -380,10 +396,12 @@ class Daemon:
             )
             instances = await comp.store.list_instances()
         except StorageError as exc:
+            self.beat_error = exc.message
             self.metrics.database_result("heartbeat", False)
             self.metrics.instances_unknown()
             log.warning("heartbeat_failed", error=exc.message)
             return
+        self.beat_error = None
         self.metrics.database_result("heartbeat", True)
         if not known and not first:
             # Peers took us for dead (a stall longer than instance_timeout_seconds) and
