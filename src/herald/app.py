@@ -23,7 +23,7 @@ from herald.dispatch import Dispatcher
 from herald.errors import ConfigError, HeraldError, StorageError
 from herald.gctune import settle_after_startup
 from herald.ids import new_id
-from herald.metrics import DATABASE_FAILURE_MEMORY, DatabaseCounts, Metrics
+from herald.metrics import DatabaseCounts, Metrics
 from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.replayer import Replayer
@@ -215,19 +215,12 @@ class Daemon:
         except StorageError as exc:
             self.metrics.database_result("readiness", False)
             problems["database"] = exc.message
-        if "database" not in problems:
+        if "database" not in problems and self.beat_error is not None:
             # Reads (the ping) can work while every write fails, and an idle pipeline
-            # writes nothing but the heartbeat: follow it and herald_database_up,
-            # which costs no round trip of its own.
-            failing = self.metrics.failing_components()
-            if self.beat_error is not None:
-                problems["database"] = f"cannot write to the database: {self.beat_error}"
-            elif failing:
-                problems["database"] = (
-                    "round trips failed within the last"
-                    f" {DATABASE_FAILURE_MEMORY:g} s: {', '.join(failing)}"
-                    " (herald_database_up is 0)"
-                )
+            # writes nothing but the heartbeat (every delivery.heartbeat_seconds): it is
+            # the write probe, at no round trip of /readyz's own, and its next success
+            # clears it. (herald_database_up remembers a failed loop up to 30 s.)
+            problems["database"] = f"cannot write to the database: {self.beat_error}"
         if not relay.running:
             problems["relay"] = "not running"
         elif relay.storage_error is not None:

@@ -101,13 +101,7 @@ unless that component succeeds first. Components that keep failing retry within 
 and renew it; a rare caller (retention, an API request) that failed once during an
 outage cannot hold the gauge at 0 long after the database is back."""
 
-__all__ = [
-    "CONTENT_TYPE",
-    "DATABASE_FAILURE_MEMORY",
-    "DatabaseCounts",
-    "Metrics",
-    "replay_source",
-]
+__all__ = ["CONTENT_TYPE", "DatabaseCounts", "Metrics", "replay_source"]
 
 _go_float = cast(Callable[[float], str], floatToGoString)  # untyped in prometheus-client
 ATTEMPT_LE = tuple(_go_float(b) for b in (*ATTEMPT_BUCKETS, float("inf")))
@@ -258,12 +252,8 @@ class _Health(Collector):
         self.components: dict[str, Callable[[], bool]] = {}
 
     def database_up(self) -> bool:
-        return self.reached and not self.failing()
-
-    def failing(self) -> list[str]:
-        """Components whose last database round trip failed, recently enough to count."""
         horizon = time.monotonic() - DATABASE_FAILURE_MEMORY
-        return sorted(c for c, t in self.failures.items() if t > horizon)
+        return self.reached and not any(t > horizon for t in self.failures.values())
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -471,11 +461,6 @@ class Metrics:
             return
         health.failures[component] = time.monotonic()
         self.storage_errors.labels(component).inc()
-
-    def failing_components(self) -> list[str]:
-        """What holds ``herald_database_up`` at 0 (empty while it is 1 or before the
-        first round trip)."""
-        return self.health.failing()
 
     def api_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         """An HTTP request was answered (``route``: the pattern, never the raw path)."""

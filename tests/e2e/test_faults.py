@@ -515,7 +515,7 @@ async def test_an_idle_daemon_whose_database_refuses_writes_is_unready(
 ) -> None:
     """Issue 31: with nothing in flight no component of the pipeline writes, and /readyz
     answered ready while every write failed. It follows the heartbeat (a write every
-    delivery.heartbeat_seconds, idle or not) and herald_database_up now."""
+    delivery.heartbeat_seconds, idle or not) now."""
     with contextlib.ExitStack() as stack:
         h = herald_factory({"delivery": {"heartbeat_seconds": 1.0}}, start=False)
         disk: Path | None = None
