@@ -77,6 +77,9 @@ class Daemon:
         )
         self.stop = asyncio.Event()
         self.exit_code = 0
+        self.beat_error: str | None = None
+        """Why the last heartbeat (a write every delivery.heartbeat_seconds, idle or
+        not) failed; None once one succeeds. /readyz reports it."""
         self.key = b""
         self.metrics = Metrics(per_destination=settings.metrics.per_destination)
         self.notifier = Notifier()
@@ -213,6 +216,12 @@ class Daemon:
         except StorageError as exc:
             self.metrics.database_result("readiness", False)
             problems["database"] = exc.message
+        if "database" not in problems and self.beat_error is not None:
+            # Reads (the ping) can work while every write fails, and an idle pipeline
+            # writes nothing but the heartbeat (every delivery.heartbeat_seconds): it is
+            # the write probe, at no round trip of /readyz's own, and its next success
+            # clears it. (herald_database_up remembers a failed loop up to 30 s.)
+            problems["database"] = f"cannot write to the database: {self.beat_error}"
         if not relay.running:
             problems["relay"] = "not running"
         elif relay.storage_error is not None:
@@ -254,7 +263,8 @@ class Daemon:
         if own:
             scrape = web.Application()
             ops.add_routes(scrape, readiness=readiness, metrics=self.metrics)
-            runners.append(web.AppRunner(scrape, access_log=None))
+            # Caps of its own: a flood of the API's port leaves the probes answering here.
+            runners.append(server.Runner(scrape, s.api))
             sites.append(("metrics.listen", s.metrics.listen or "", s.metrics.host, s.metrics.port))
         for runner, (key, listen, host, port) in zip(runners, sites, strict=True):
             await runner.setup()
@@ -390,10 +400,12 @@ class Daemon:
             )
             instances = await comp.store.list_instances()
         except StorageError as exc:
+            self.beat_error = exc.message
             self.metrics.database_result("heartbeat", False)
             self.metrics.instances_unknown()
             log.warning("heartbeat_failed", error=exc.message)
             return
+        self.beat_error = None
         self.metrics.database_result("heartbeat", True)
         if not known and not first:
             # Peers took us for dead (a stall longer than instance_timeout_seconds) and

@@ -147,6 +147,10 @@ class ApiSettings(_Section):
     header_timeout_seconds: float = Field(default=10.0, gt=0)
     body_timeout_seconds: float = Field(default=15.0, gt=0)
     max_connections: int = Field(default=1000, ge=1)
+    max_connections_per_address: int = Field(default=100, ge=1)
+    """Open connections from one client address (an IPv6 client's /64) at most."""
+    max_headless_connections: int = Field(default=100, ge=1)
+    """Open connections that have sent no request head yet; past it the oldest is closed."""
 
     @field_validator("listen")
     @classmethod
@@ -258,8 +262,9 @@ class RelaySettings(_Section):
 class SecuritySettings(_Section):
     allow_private_networks: bool = False
     allowed_networks: Networks = ()
-    ambient_credentials_tenants: tuple[str, ...] = ("default",)
-    """Tenants whose keyless cloud destinations may use the daemon's own identity."""
+    ambient_credentials_tenants: tuple[str, ...] = ()
+    """Tenants whose keyless cloud destinations may use the daemon's own identity
+    (its IAM role, workload identity, …); none unless listed."""
     encryption_key: EncryptionKey | None = None
     encryption_key_file: Path | None = None
     previous_encryption_keys: tuple[SecretStr, ...] = ()
@@ -497,6 +502,22 @@ def load_settings(path: Path | None = None) -> Settings:
 
 
 MASK = "********"
+
+
+def risky_settings(settings: Settings) -> list[str]:
+    """What ``check-config`` warns about: settings that run accepts but that widen what
+    a tenant can do with the host's privileges."""
+    found: list[str] = []
+    tenants = settings.security.ambient_credentials_tenants
+    if tenants:
+        found.append(
+            "security.ambient_credentials_tenants lets "
+            + ", ".join(repr(t) for t in tenants)
+            + " publish with this host's own cloud identity (its IAM role, workload"
+            " identity, environment credentials): keyless AWS and GCP destinations of"
+            " these tenants act as the host"
+        )
+    return found
 
 
 def mask_secrets(value: str) -> str:

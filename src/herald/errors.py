@@ -121,6 +121,7 @@ _RESOLUTION_BY_CODE = {
     "unauthorized": "Send 'Authorization: Bearer sk_live_…' with a valid API key.",
     "auth_missing": "Send 'Authorization: Bearer sk_live_…' with an API key.",
     "auth_invalid_key": "Check the key: it is unknown, revoked or mistyped.",
+    "auth_header_repeated": "Send exactly one Authorization header.",
     "rate_limit_exceeded": "Wait for the number of seconds in Retry-After before retrying.",
     "idempotency_key_invalid": "Send an Idempotency-Key of 1 to 255 printable characters.",
     "idempotency_key_reused": "Use a new Idempotency-Key for a different request body.",

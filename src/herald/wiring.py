@@ -19,7 +19,7 @@ from typing import IO
 from herald.adapters.base import AdapterContext
 from herald.adapters.registry import Registry
 from herald.catalog import Catalog
-from herald.config import DeliverySettings, Settings
+from herald.config import DeliverySettings, Settings, risky_settings
 from herald.crypto import SecretBox, load_or_create_key_file, parse_key, read_key_file
 from herald.dispatch import Limits
 from herald.egress import EgressPolicy
@@ -177,6 +177,8 @@ class Preflight:
     """Whether ``api.listen`` can be bound now."""
     database: str | None
     """The database's schema against this version's (None: not asked)."""
+    warnings: list[str]
+    """Settings run accepts that widen what tenants can do (config.risky_settings)."""
     blockers: tuple[str, ...] = ()
     """What would make ``herald run`` fail right now although the config is valid: a
     listener's port in use, the SQLite file held by another ``herald run``."""
@@ -252,5 +254,6 @@ async def preflight(settings: Settings, *, check_db: bool) -> Preflight:
         retry_schedule=retry_policy(settings).schedule(),
         listen=listen,
         database=database,
+        warnings=risky_settings(settings),
         blockers=tuple(blockers),
     )

@@ -30,6 +30,9 @@ from herald.egress import EgressPolicy
 from herald.ids import new_id
 from herald.model import Destination, DestinationStatus, Event, Outcome
 
+AMBIENT: dict[str, Any] = {"security": {"ambient_credentials_tenants": ["default"]}}
+"""Settings under which tenant "default" may use the host's cloud identity (listed on
+purpose: the default lists no tenant)."""
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
@@ -103,7 +106,8 @@ class AdapterContract:
     # --- shared machinery ---------------------------------------------------
     @pytest.fixture
     async def adapter(self) -> AsyncIterator[Adapter]:
-        settings = Settings(**self.settings_overrides)
+        # Keyless configs publish with the host's identity (tenant "default", listed).
+        settings = Settings(**{**AMBIENT, **self.settings_overrides})
         adapter = self.adapter_class(
             AdapterContext(settings=settings, egress=EgressPolicy(allow_private=True))
         )

@@ -101,8 +101,11 @@ def test_sign_in_with_a_good_a_wrong_and_a_revoked_key_and_sign_out(
     page.goto("/console/deliveries")
     expect(page).to_have_url(re.compile(r"/console/login$"))  # no session: sign in first
 
+    # Each refusal says what the operator can do about it (issue 31).
+    sign_in(page, "hunter2")
+    expect(page.get_by_role("alert")).to_contain_text("This is not a Herald key")
     sign_in(page, "sk_op_not-a-key")
-    expect(page.get_by_role("alert")).to_have_text("This key is not a valid operator key.")
+    expect(page.get_by_role("alert")).to_contain_text("This operator key is unknown")
 
     sign_in(page, operator_key)
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
@@ -127,7 +130,9 @@ def test_sign_in_with_a_good_a_wrong_and_a_revoked_key_and_sign_out(
     page.goto("/console/deliveries")
     expect(page).to_have_url(re.compile(r"/console/login$"))
     sign_in(page, view["key"])
-    expect(page.get_by_role("alert")).to_have_text("This key is not a valid operator key.")
+    expect(page.get_by_role("alert")).to_contain_text("This operator key is revoked.")
+    refused = [e for e in herald.log_events() if e.get("event") == "console_sign_in_refused"]
+    assert [e["reason"] for e in refused[-3:]] == ["not_a_key", "unknown", "revoked"]
     audit = [e for e in herald.log_events() if e.get("event") == "console_signed_out"]
     assert audit
     assert audit[-1]["by"].startswith("console:")

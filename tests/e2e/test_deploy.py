@@ -209,9 +209,10 @@ def test_dockerfile_is_multi_stage_non_root_and_healthchecked() -> None:
                 key, _, value = item.partition("=")
                 env[key] = value
     assert env["HERALD_API__LISTEN"] == "0.0.0.0:8080"
+    assert env["HERALD_METRICS__LISTEN"] == "0.0.0.0:9464", "the probes' own listener"
     assert env["HERALD_DATABASE__URL"] == "sqlite:////var/lib/herald/herald.db"
     assert env["HERALD_LOG__FORMAT"] == "json"
-    assert last("EXPOSE").split() == ["8080"]
+    assert last("EXPOSE").split() == ["8080", "9464"]
     assert last("WORKDIR") == "/var/lib/herald"
     assert "/var/lib/herald" in last("VOLUME")
     assert last("STOPSIGNAL") == "SIGTERM"
@@ -270,6 +271,7 @@ def test_the_image_env_is_a_valid_herald_config(monkeypatch: pytest.MonkeyPatch)
                     monkeypatch.setenv(key, value)
     settings = Settings()
     assert (settings.api.host, settings.api.port) == ("0.0.0.0", 8080)
+    assert (settings.metrics.host, settings.metrics.port) == ("0.0.0.0", 9464)
     assert settings.database.sqlite_path == Path("/var/lib/herald/herald.db")
     assert settings.key_file() == Path("/var/lib/herald/herald.db.key")  # inside the volume
 
@@ -335,9 +337,15 @@ def test_kubernetes_manifests(yaml: Any) -> None:
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8080}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert ports == {"http": 8080, "metrics": 9464}
+    # The probes ask metrics.listen, a listener of its own: a flood of the API's port
+    # cannot get the pod restarted.
+    for probe, path in (
+        ("startup", "/healthz"),
+        ("liveness", "/healthz"),
+        ("readiness", "/readyz"),
+    ):
+        assert container[f"{probe}Probe"]["httpGet"] == {"path": path, "port": "metrics"}
     assert {"requests", "limits"} <= container["resources"].keys()
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 10001
@@ -351,6 +359,8 @@ def test_kubernetes_manifests(yaml: Any) -> None:
     }
     assert set(env) <= settings_env, f"unknown settings: {set(env) - settings_env}"
     assert env["HERALD_API__LISTEN"]["value"] == "0.0.0.0:8080"
+    listen = env["HERALD_METRICS__LISTEN"]["value"]
+    assert Settings.model_validate({"metrics": {"listen": listen}}).metrics.port == 9464
     db_url = env["HERALD_DATABASE__URL"]["value"]
     assert db_url.startswith("sqlite:////var/lib/herald/")
     grace = float(
@@ -370,14 +380,14 @@ def test_kubernetes_manifests(yaml: Any) -> None:
     # The Service and the ServiceMonitor reach the pod's named port.
     assert service["metadata"]["name"] == "herald", "the Prometheus job label alerts.yml expects"
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    [sport] = service["spec"]["ports"]
-    assert (sport["port"], sport["targetPort"]) == (8080, "http")
+    service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert service_ports == {"http": (8080, "http"), "metrics": (9464, "metrics")}
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert (
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     )
     [endpoint] = monitor["spec"]["endpoints"]
-    assert (endpoint["port"], endpoint["path"]) == (sport["name"], "/metrics")
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
 
 
 def kustomize(path: Path, yaml: Any) -> dict[str, dict[str, Any]]:
@@ -422,6 +432,8 @@ def test_kustomize_builds_the_postgres_variant(yaml: Any) -> None:
     create = f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}="
     assert create in (KUBERNETES / "postgres" / "kustomization.yaml").read_text()
     assert "HERALD_SECURITY__ENCRYPTION_KEY" in env, "every replica reads the same key"
+    assert env["HERALD_METRICS__LISTEN"]["value"] == "0.0.0.0:9464"
+    assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
     assert "/var/lib/herald" not in {m["mountPath"] for m in container["volumeMounts"]}
     assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
     pdb = objs["PodDisruptionBudget"]
@@ -429,30 +441,6 @@ def test_kustomize_builds_the_postgres_variant(yaml: Any) -> None:
     assert pdb["spec"]["maxUnavailable"] == 1
     pod_labels = spec["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-
-
-def test_the_postgres_variant_can_scrape_a_port_of_its_own(yaml: Any, tmp_path: Path) -> None:
-    """The commented metrics-port patch, switched on: metrics.listen, the container's
-    port, the Service's and the ServiceMonitor's all agree."""
-    copy = tmp_path / "kubernetes"
-    shutil.copytree(KUBERNETES, copy)
-    kustomization = copy / "postgres" / "kustomization.yaml"
-    text = kustomization.read_text()
-    assert "  # - path: metrics-port.yaml" in text
-    kustomization.write_text(
-        text.replace("  # - path: metrics-port.yaml", "  - path: metrics-port.yaml")
-    )
-    objs = kustomize(copy / "postgres", yaml)
-    [container] = objs["Deployment"]["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    listen = env["HERALD_METRICS__LISTEN"]
-    assert Settings.model_validate({"metrics": {"listen": listen}}).metrics.port == 9464
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": 8080, "metrics": 9464}
-    service_ports = {p["name"]: p["targetPort"] for p in objs["Service"]["spec"]["ports"]}
-    assert service_ports == {"http": "http", "metrics": "metrics"}
-    [endpoint] = objs["ServiceMonitor"]["spec"]["endpoints"]
-    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
 
 
 def test_compose_stack(yaml: Any) -> None:
@@ -466,6 +454,7 @@ def test_compose_stack(yaml: Any) -> None:
     assert (path.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
     env = herald["environment"]
     assert env["HERALD_API__LISTEN"] == "0.0.0.0:8080"
+    assert env["HERALD_METRICS__LISTEN"] == "0.0.0.0:9464"
     assert env["HERALD_DATABASE__URL"].startswith("sqlite:////var/lib/herald/")
     assert "HERALD_ENCRYPTION_KEY" in env["HERALD_SECURITY__ENCRYPTION_KEY"]
     assert re.search(
@@ -506,7 +495,7 @@ def test_prometheus_scrapes_herald(yaml: Any) -> None:
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     [job] = [j for j in config["scrape_configs"] if j["job_name"] == "herald"]
     assert job.get("metrics_path", "/metrics") == "/metrics"
-    assert job["static_configs"][0]["targets"] == ["herald:8080"]
+    assert job["static_configs"][0]["targets"] == ["herald:9464"]  # metrics.listen
     assert config["rule_files"] == ["alerts.yml"]
 
 

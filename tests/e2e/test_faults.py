@@ -509,6 +509,59 @@ async def test_a_database_that_refuses_writes_makes_herald_unready_and_loses_not
                 assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_an_idle_daemon_whose_database_refuses_writes_is_unready(
+    herald_factory: HeraldFactory, tmp_path: Path
+) -> None:
+    """Issue 31: with nothing in flight no component of the pipeline writes, and /readyz
+    answered ready while every write failed. It follows the heartbeat (a write every
+    delivery.heartbeat_seconds, idle or not) now."""
+    with contextlib.ExitStack() as stack:
+        h = herald_factory({"delivery": {"heartbeat_seconds": 1.0}}, start=False)
+        disk: Path | None = None
+        if h.backend == "sqlite":
+            disk = stack.enter_context(small_filesystem(tmp_path / "disk", "16m"))
+            url = f"sqlite:///{disk}/herald.db"
+            h.config_path.write_text(h.config_path.read_text().replace(h.database_url, url))
+            h.db_path, h.database_url = disk / "herald.db", url
+        await h.astart()
+        await eventually(lambda: h.get("/readyz")[0] == 200, timeout=15, what="ready")
+        name = h.database_url.rpartition("/")[2]
+        if disk is not None:
+            filler = fill(disk, leave=0)
+            cause = "disk is full"
+        else:
+            pg_admin(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+            pg_admin(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )
+            cause = "read-only transaction"
+        try:
+            problems: dict[str, str] | None = None
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                problems = await readyz_problems(h)
+                if problems and "cannot write" in problems.get("database", ""):
+                    break
+                await asyncio.sleep(0.1)
+            assert problems is not None, "ready while the database refuses every write"
+            assert "cannot write to the database" in problems["database"], problems
+            assert cause in problems["database"], problems
+            assert (await asyncio.to_thread(h.get, "/healthz"))[0] == 200
+        finally:
+            if disk is not None:
+                filler.unlink()
+            else:
+                pg_admin(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+                pg_admin(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                )
+        await eventually(lambda: h.get("/readyz")[0] == 200, timeout=15, what="ready again")
+        assert await h.astop() == 0
+
+
 async def test_a_read_only_database_at_start_is_a_clear_error(
     herald_factory: HeraldFactory, tmp_path: Path
 ) -> None:

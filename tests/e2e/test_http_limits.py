@@ -107,6 +107,19 @@ async def test_a_credential_that_cannot_be_a_key_is_a_401_in_the_errors_shape(
     assert herald.get("/readyz")[0] == 200
 
 
+async def test_two_authorization_headers_are_a_400_not_first_wins(herald: Herald) -> None:
+    """Issue 31: a proxy that adds its own Authorization in front of the client's (or
+    after it) must not decide which key the request runs as."""
+    key = (await herald.acli("keys", "create", "--tenant", "acme")).stdout.strip().encode()
+    assert (await raw_request(herald, get(DESTS, bearer(key)))).status == 200
+    for pair in ((key, b"sk_live_other"), (b"sk_live_other", key), (key, key)):
+        answer = await raw_request(herald, get(DESTS, *(bearer(k) for k in pair)))
+        assert answer.status == 400, (pair, answer)
+        item = error_of(answer.json())
+        assert (item["type"], item["code"]) == ("request", "auth_header_repeated"), item
+        assert key.decode() not in answer.body.decode()
+
+
 async def test_unauthenticated_requests_are_rate_limited_per_client_address(
     herald_factory: HeraldFactory,
 ) -> None:

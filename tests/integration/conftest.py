@@ -109,6 +109,8 @@ def make_settings(
         "security": {
             "allow_private_networks": True,
             "encryption_key": generate_key(),
+            # The default lists no tenant; "default" is listed here on purpose.
+            "ambient_credentials_tenants": ["default"],
             **(security or {}),
         },
         "delivery": {**FAST_DELIVERY, **(delivery or {})},

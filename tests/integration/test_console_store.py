@@ -99,6 +99,29 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
     assert await sessions.resolve(third) is None
 
 
+async def test_a_refused_sign_in_says_what_an_operator_can_act_on(harness: Harness) -> None:
+    """Issue 31: one generic message for every refused key told an operator nothing."""
+    store = harness.store
+    sessions = Sessions(store, harness.settings.console)
+    op, other, tenant = new_api_key(operator=True), new_api_key(operator=True), new_api_key()
+    await store.create_api_key(
+        key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
+    )
+    await store.create_api_key(key_hash=hash_api_key(tenant), tenant_id="acme", hint="t", now=2.0)
+    for key in ("", "password", "sk_op_", "sk_op_a b", "sk_op_" + "k" * 200, "Bearer " + op):
+        assert await sessions.refused(key) == "not_a_key", key
+    # Read off the prefix, as the API would tell by answering with the key.
+    assert await sessions.refused(tenant) == "tenant_key"
+    assert await sessions.refused("sk_live_never-made") == "tenant_key"
+    assert await sessions.refused(other) == "unknown"  # never made here, or mistyped
+    await store.revoke_api_keys(
+        tenant_id=OPERATOR_TENANT, hash_prefix=hash_api_key(op), now=5.0, kind=OPERATOR_KIND
+    )
+    assert await sessions.sign_in(op) is None
+    assert await sessions.refused(op) == "revoked"
+    assert await sessions.refused(f"  {op}\n") == "revoked"  # pasted with whitespace
+
+
 async def test_outcome_counts_bucket_finished_deliveries(harness: Harness) -> None:
     store = harness.store
     await store.create_destination(destination(), verification=None)

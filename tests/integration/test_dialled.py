@@ -257,7 +257,7 @@ async def test_a_keyless_cloud_destination_needs_a_listed_tenant(
     )
     assert "acme" in refused.value.message
     assert (await h.service.list_destinations("acme"))[0] == []
-    # "default" is listed by default: a single-tenant deployment keeps working.
+    # A listed tenant ("default" in these tests' settings; the default lists none) may.
     await h.service.create("default", create_body(type_id, raw))
     listed = await harness_factory(security={"ambient_credentials_tenants": ["acme"]})
     await listed.service.create("acme", create_body(type_id, raw))

@@ -66,7 +66,11 @@ class Herald:
                 "worker_processes": 1,
             },
             "relay": {"poll_interval_seconds": 0.01},
-            "security": {"allow_private_networks": True},
+            # "default" may use the host's cloud identity (the default lists no tenant).
+            "security": {
+                "allow_private_networks": True,
+                "ambient_credentials_tenants": ["default"],
+            },
             "log": {"format": "json", "level": "info"},
         }
         if self.backend == "postgres":

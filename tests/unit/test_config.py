@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 
 from herald import config
-from herald.config import Redactor, Settings, load_settings, masked, operator_secrets
+from herald.config import (
+    Redactor,
+    Settings,
+    load_settings,
+    masked,
+    operator_secrets,
+    risky_settings,
+)
 from herald.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +43,22 @@ def test_defaults_match_the_design() -> None:
     assert s.delivery.webhook_timeout_seconds == 5
     assert s.security.allow_private_networks is False
     assert (s.log.level, s.log.format) == ("info", "auto")
+
+
+def test_no_tenant_gets_the_hosts_cloud_identity_unless_listed_and_listing_is_warned() -> None:
+    """Issue 31: the default tenant used to get the host's role by default."""
+    assert Settings().security.ambient_credentials_tenants == ()
+    assert risky_settings(Settings()) == []
+    listed = Settings.model_validate({"security": {"ambient_credentials_tenants": ["default"]}})
+    [warning] = risky_settings(listed)
+    assert warning.startswith("security.ambient_credentials_tenants lets 'default' publish")
+    assert "host's own cloud identity" in warning
+
+
+def test_connection_caps_default_below_max_connections() -> None:
+    api = Settings().api
+    assert (api.max_connections, api.max_connections_per_address) == (1000, 100)
+    assert api.max_headless_connections < api.max_connections
 
 
 def test_example_config_documents_every_key_with_its_default() -> None:

@@ -289,6 +289,11 @@ class ApiBase:
         )
 
     async def _tenant(self, request: web.Request) -> str:
+        if len(request.headers.getall("Authorization", ())) > 1:
+            # Which one wins would be a proxy's choice or the parser's, not the client's.
+            raise BadRequest(
+                "send one Authorization header, not several", code="auth_header_repeated"
+            )
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():

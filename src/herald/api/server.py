@@ -9,14 +9,24 @@ Slow clients are bounded: a connection must send a complete request head within
 ``api.header_timeout_seconds`` of opening (or of its previous response: this is
 also the keep-alive idle time), and a request's body within
 ``api.body_timeout_seconds`` of its head (:func:`read_body`, called by the API's
-middleware). Past ``api.max_connections`` open connections, a new one is answered
-503 and closed. The ``Server`` header names no versions.
+middleware). Past ``api.max_connections`` open connections, or
+``api.max_connections_per_address`` from one client address (an IPv6 client's /64),
+a new one is answered 503 and closed. Connections that have not yet sent their first
+request head are capped lower, at ``api.max_headless_connections``: past it, the
+oldest of them is closed to make room, so idle sockets cannot keep out a client that
+sends its request at once. The ``Server`` header names no versions.
+
+The probes (``/healthz``, ``/readyz``) also answer on ``metrics.listen``, a listener
+with connections of its own: a flood of the API's port cannot take them down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any, cast
 
 import orjson
@@ -68,36 +78,51 @@ def _json_error(exc: HeraldError, status: int, request_id: str) -> web.Response:
 
 
 class _Protocol(web.RequestHandler):
-    """One connection: aiohttp's, with refusals in the spec's shape and a connection cap."""
+    """One connection: aiohttp's, with refusals in the spec's shape and the caps."""
 
     def __init__(self, manager: _Server, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._server = manager
+        self.address: str | None = None
+        """The client's address (its /64 for IPv6) once the connection is admitted."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if len(self._server.connections) > self._server.max_connections:
-            request_id = new_id("req_")
-            body = orjson.dumps(
-                error_body(
-                    Unavailable(f"more than {self._server.max_connections} connections are open"),
-                    request_id,
-                )
+        server = self._server
+        address = client_address(transport.get_extra_info("peername"))
+        if len(server.connections) > server.max_connections:
+            self._refuse(
+                transport,
+                f"more than {server.max_connections} connections are open",
+                "max_connections",
             )
-            head = (
-                "HTTP/1.1 503 Service Unavailable\r\n"
-                "Content-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                f"X-Request-Id: {request_id}\r\nRetry-After: 1\r\n"
-                f"Server: {SERVER}\r\nConnection: close\r\n\r\n"
+        elif server.by_address[address] >= server.max_per_address:
+            self._refuse(
+                transport,
+                f"more than {server.max_per_address} connections are open from this address",
+                "max_connections_per_address",
             )
-            # uvloop's transports are not asyncio.WriteTransport subclasses; aiohttp casts too.
-            cast(asyncio.Transport, transport).write(head.encode() + body)
-            self.force_close()
-            now = time.monotonic()
-            if now - self._server.refusal_logged >= 1.0:  # a flood is a line a second
-                self._server.refusal_logged = now
-                log.warning("connection_refused", reason="max_connections", request_id=request_id)
+        else:
+            server.admitted(self, address)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._server.forget(self)
+        super().connection_lost(exc)
+
+    def _refuse(self, transport: asyncio.BaseTransport, why: str, reason: str) -> None:
+        request_id = new_id("req_")
+        body = orjson.dumps(error_body(Unavailable(why), request_id))
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            f"X-Request-Id: {request_id}\r\nRetry-After: 1\r\n"
+            f"Server: {SERVER}\r\nConnection: close\r\n\r\n"
+        )
+        # uvloop's transports are not asyncio.WriteTransport subclasses; aiohttp casts too.
+        cast(asyncio.Transport, transport).write(head.encode() + body)
+        self.force_close()
+        self._server.logged("connection_refused", reason=reason, request_id=request_id)
 
     def handle_error(
         self,
@@ -118,30 +143,82 @@ class _Protocol(web.RequestHandler):
         return _json_error(err, status, request_id)
 
 
+def client_address(peername: Any) -> str:
+    """What the per-address cap counts: the IPv4 address, or the IPv6 address's /64
+    (one client usually holds a whole /64); ``""`` when the transport names no peer."""
+    if not isinstance(peername, tuple) or not peername:
+        return ""
+    try:
+        address = ipaddress.ip_address(peername[0])
+    except ValueError:
+        return str(peername[0])
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
 class _Server(web.Server):
     def __init__(
         self,
         made: web.Server,
         *,
-        max_connections: int,
+        settings: ApiSettings,
         handler_kwargs: dict[str, Any],
     ) -> None:
+        self._make_request: Callable[..., web.BaseRequest] = made.request_factory
         super().__init__(
             made.request_handler,
-            request_factory=made.request_factory,
+            request_factory=self._headed,
             handler_cancellation=made.handler_cancellation,
             **handler_kwargs,
         )
-        self.max_connections = max_connections
-        self.refusal_logged = float("-inf")
+        self.max_connections = settings.max_connections
+        self.max_per_address = settings.max_connections_per_address
+        self.max_headless = settings.max_headless_connections
+        self.by_address: Counter[str] = Counter()
+        self.headless: dict[_Protocol, None] = {}
+        """Admitted connections that have sent no request head yet, oldest first."""
+        self._logged: dict[str, float] = {}
         self._handler_kwargs = handler_kwargs
 
     def __call__(self) -> web.RequestHandler:
         return _Protocol(self, loop=asyncio.get_running_loop(), **self._handler_kwargs)
 
+    def admitted(self, protocol: _Protocol, address: str) -> None:
+        protocol.address = address
+        self.by_address[address] += 1
+        self.headless[protocol] = None
+        if len(self.headless) > self.max_headless:
+            oldest = next(iter(self.headless))
+            del self.headless[oldest]
+            oldest.force_close()  # it sent nothing: nothing to answer
+            self.logged("connection_dropped", reason="max_headless_connections")
+
+    def forget(self, protocol: _Protocol) -> None:
+        self.headless.pop(protocol, None)
+        address, protocol.address = protocol.address, None
+        if address is not None:
+            self.by_address[address] -= 1
+            if self.by_address[address] <= 0:
+                del self.by_address[address]
+
+    def _headed(self, message: Any, payload: Any, protocol: Any, *args: Any) -> web.BaseRequest:
+        """aiohttp's request factory, called once a request head has arrived whole."""
+        self.headless.pop(protocol, None)
+        return self._make_request(message, payload, protocol, *args)
+
+    def logged(self, event: str, **fields: str) -> None:
+        """A warning for a refused or dropped connection; a flood is a line a second."""
+        now = time.monotonic()
+        if now - self._logged.get(event, float("-inf")) >= 1.0:
+            self._logged[event] = now
+            log.warning(event, **fields)
+
 
 class Runner(web.AppRunner):
-    """``web.AppRunner`` whose connections follow ``api.*``'s timeouts and cap."""
+    """``web.AppRunner`` whose connections follow ``api.*``'s timeouts and caps."""
 
     def __init__(self, app: web.Application, settings: ApiSettings) -> None:
         self._handler_kwargs: dict[str, Any] = {
@@ -150,14 +227,12 @@ class Runner(web.AppRunner):
             "access_log": None,
         }
         super().__init__(app, handle_signals=False, **self._handler_kwargs)
-        self._max_connections = settings.max_connections
+        self._settings = settings
         app.on_response_prepare.append(_server_header)
 
     async def _make_server(self) -> web.Server:
         made = await super()._make_server()
-        return _Server(
-            made, max_connections=self._max_connections, handler_kwargs=self._handler_kwargs
-        )
+        return _Server(made, settings=self._settings, handler_kwargs=self._handler_kwargs)
 
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:

@@ -48,6 +48,7 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
                 "retry_schedule_seconds": found.retry_schedule,
                 "listen": found.listen,
                 "database": found.database,
+                "warnings": found.warnings,
                 "blockers": list(found.blockers),
                 "ok": not found.blockers,
             }
@@ -67,6 +68,8 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
     print(f"api.listen: {found.listen}")
     if found.database is not None:
         print(f"database: {found.database}")
+    for warning in found.warnings:
+        print(f"warning: {warning}")
     print(verdict)
     return status
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 
-from herald.apikeys import hash_api_key, key_id
+from herald.apikeys import API_KEY_PREFIX, OPERATOR_KEY_PREFIX, hash_api_key, key_id
 from herald.config import ConsoleSettings
 from herald.store import Store
 
@@ -32,6 +34,11 @@ CSRF_FIELD = "csrf_token"
 TOUCH_EVERY_SECONDS = 30.0
 """A session's last use is written at most this often: not one write per page."""
 MAX_KEY_LENGTH = 256
+OPERATOR_KEY = re.compile(re.escape(OPERATOR_KEY_PREFIX) + r"[A-Za-z0-9_-]{1,192}")
+"""What an operator key can look like (``herald keys create --operator``)."""
+
+Refusal = Literal["not_a_key", "tenant_key", "revoked", "unknown"]
+"""Why a sign-in was refused (``Sessions.refused``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +144,18 @@ class Sessions:
         )
         return session_id, key_id(key_hash)
 
-    async def is_tenant_key(self, key: str) -> bool:
-        """Whether a refused key is a tenant's API key (the page then says so)."""
+    async def refused(self, key: str) -> Refusal:
+        """Why ``sign_in`` refused ``key``, in what an operator can act on. Only a key
+        with the operator prefix is looked up (is it revoked?): the rest is read off the
+        key itself, so the page tells nothing the key's holder could not already know."""
         key = key.strip()
-        if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
-            return False
-        return await self.store.tenant_for_key(hash_api_key(key)) is not None
+        if key.startswith(API_KEY_PREFIX):
+            return "tenant_key"
+        if not OPERATOR_KEY.fullmatch(key):
+            return "not_a_key"
+        if await self.store.operator_key_revoked(hash_api_key(key)):
+            return "revoked"
+        return "unknown"
 
     async def resolve(self, session_id: str | None) -> Operator | None:
         """The operator of a live session; None for no, an expired or a revoked one."""

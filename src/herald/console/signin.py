@@ -1,7 +1,11 @@
 """The console's door: operators sign in with an operator key and sign out.
 
-A tenant's API key never opens the console (the page says so). Failed sign-ins are
-held to the API's per-address limit for requests without a valid key."""
+A tenant's API key never opens the console. A refused key gets the reason an operator
+can act on (``REFUSALS``): not a Herald key, a tenant's key, a revoked operator key,
+or an unknown one. Only the last two need the database, and only for a key with the
+operator prefix; telling them apart reveals nothing usable, since nobody can guess a
+key (256 random bits) to probe with, and a revoked key opens nothing. Failed sign-ins
+are held to the API's per-address limit for requests without a valid key."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from herald.console.session import (
     CSRF_FIELD,
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
+    Refusal,
     Sessions,
     clear_cookie,
     csrf_matches,
@@ -29,6 +34,23 @@ log = structlog.get_logger("herald.console")
 audit_log = structlog.get_logger("herald.audit")
 
 PREFIX = "/console"
+
+REFUSALS: dict[Refusal, str] = {
+    "not_a_key": (
+        "This is not a Herald key: an operator key starts with sk_op_"
+        " (herald keys create --operator prints one)."
+    ),
+    "tenant_key": (
+        "This is a tenant's API key. The console opens only with an operator key"
+        " (herald keys create --operator)."
+    ),
+    "revoked": ("This operator key is revoked. Ask for a new one (herald keys create --operator)."),
+    "unknown": (
+        "This operator key is unknown to this Herald: check that it was copied whole and"
+        " made for this database."
+    ),
+}
+"""The sign-in page's words for each refusal."""
 
 
 class OperatorDoor:
@@ -94,15 +116,9 @@ class OperatorDoor:
                 )
                 response.headers.update(decision.headers)
                 return response
-            tenant_key = await self.sessions.is_tenant_key(key)
-            log.info("console_sign_in_refused", address=address, tenant_key=tenant_key)
-            error = (
-                "This is a tenant's API key. The console opens only with an operator key"
-                " (herald keys create --operator)."
-                if tenant_key
-                else "This key is not a valid operator key."
-            )
-            return self._login_form(request, error=error, status=401)
+            why = await self.sessions.refused(key)
+            log.info("console_sign_in_refused", address=address, reason=why)
+            return self._login_form(request, error=REFUSALS[why], status=401)
         session_id, key_id = signed
         audit_log.info("console_signed_in", by=f"console:{key_id}", address=address)
         response = redirect(f"{PREFIX}/")

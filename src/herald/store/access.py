@@ -144,6 +144,10 @@ class AccessStore(StorePart):
         rows = await self.dialect.read("operator_key", key_hash)
         return str(rows[0][0]) if rows else None
 
+    async def operator_key_revoked(self, key_hash: str) -> bool:
+        """Whether the hash is a revoked operator key's (the console's sign-in says so)."""
+        return bool(await self.dialect.read("operator_key_revoked", key_hash))
+
     # --- console sessions -------------------------------------------------
     async def create_console_session(
         self, *, id_hash: str, key_hash: str, now: float, idle_before: float, born_before: float

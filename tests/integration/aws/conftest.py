@@ -21,7 +21,12 @@ from herald.adapters.base import Adapter, AdapterContext, Result
 from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
+from tests.contract.adapter_contract import (
+    AMBIENT,
+    AdapterContract,
+    make_destination,
+    make_event,
+)
 from tests.integration.aws.support import (
     ACCESS_KEY,
     SECRET_KEY,
@@ -67,7 +72,9 @@ async def make_adapter() -> AsyncIterator[AdapterFactory]:
     made: list[Adapter] = []
 
     def make(cls: type[Adapter], **settings: Any) -> Adapter:
-        ctx = AdapterContext(settings=Settings(**settings), egress=EgressPolicy(allow_private=True))
+        ctx = AdapterContext(
+            settings=Settings(**{**AMBIENT, **settings}), egress=EgressPolicy(allow_private=True)
+        )
         adapter = cls(ctx)
         made.append(adapter)
         return adapter

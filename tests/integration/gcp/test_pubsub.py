@@ -19,7 +19,12 @@ from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.errors import ValidationError
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import AdapterContract, make_destination, make_event
+from tests.contract.adapter_contract import (
+    AMBIENT,
+    AdapterContract,
+    make_destination,
+    make_event,
+)
 from tests.integration.conftest import closed_port
 from tests.integration.gcp.conftest import PROJECT
 from tests.integration.gcp.peers import (
@@ -126,7 +131,9 @@ class TestPubSubContract(AdapterContract):
 # --- beyond the contract: the in-process server's knobs ------------------------------
 @pytest.fixture
 async def adapter() -> Any:
-    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=True)))
+    a = PubSubAdapter(
+        AdapterContext(settings=Settings(**AMBIENT), egress=EgressPolicy(allow_private=True))
+    )
     yield a
     await a.close()
 
@@ -247,7 +254,9 @@ async def test_default_credentials_from_a_key_file_publish(
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
     await secure_publisher.create_topic(PROJECT, "events")
     raw = {"project_id": PROJECT, "topic": "events", "endpoint_url": secure_publisher.endpoint}
-    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=True)))
+    a = PubSubAdapter(
+        AdapterContext(settings=Settings(**AMBIENT), egress=EgressPolicy(allow_private=True))
+    )
     try:
         event = make_event()
         result = await publish(a, raw, event)
@@ -363,7 +372,7 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
 
 @pytest.fixture
 def registry() -> Registry:
-    ctx = AdapterContext(settings=Settings(), egress=EgressPolicy(allow_private=True))
+    ctx = AdapterContext(settings=Settings(**AMBIENT), egress=EgressPolicy(allow_private=True))
     return Registry(ctx, [PubSubAdapter])
 
 
@@ -411,7 +420,7 @@ def test_endpoint_forms(value: str, target: str, tls: bool) -> None:
 
 # --- egress: the channel goes to the address the check pinned (issue 18, item 1) -------------
 def pinned_adapter(dns: Rebinding) -> PubSubAdapter:
-    return PubSubAdapter(AdapterContext(settings=Settings(), egress=dns.policy()))
+    return PubSubAdapter(AdapterContext(settings=Settings(**AMBIENT), egress=dns.policy()))
 
 
 async def test_a_plaintext_channel_goes_to_the_address_the_egress_check_pinned(
@@ -484,7 +493,7 @@ async def test_a_refusing_pinned_address_falls_back_to_the_other_checked_ones(
 
     networks = (ipaddress.ip_network(refusing), ipaddress.ip_network("127.0.0.1"))
     policy = EgressPolicy(allowed_networks=networks, resolver=both)
-    a = PubSubAdapter(AdapterContext(settings=Settings(), egress=policy))
+    a = PubSubAdapter(AdapterContext(settings=Settings(**AMBIENT), egress=policy))
     raw = {
         "project_id": PROJECT,
         "topic": "events",

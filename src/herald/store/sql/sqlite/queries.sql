@@ -493,6 +493,9 @@ SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
 -- operator_key --
 SELECT hint FROM herald_api_keys WHERE hash = ?1 AND kind = 'operator' AND revoked_at IS NULL
 
+-- operator_key_revoked --
+SELECT 1 FROM herald_api_keys WHERE hash = ?1 AND kind = 'operator' AND revoked_at IS NOT NULL
+
 -- console_session_create --
 INSERT INTO herald_console_sessions (id_hash, key_hash, created_at, last_seen)
 VALUES (?1, ?2, ?3, ?3)
