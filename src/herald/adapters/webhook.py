@@ -10,14 +10,15 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import orjson
 from pydantic import Field, field_validator
 
 from herald.adapters.base import (
+    TARGET,
     AdapterContext,
     DestinationConfig,
     Dial,
@@ -30,7 +31,7 @@ from herald.adapters.base import (
 from herald.adapters.httpdelivery import HTTPAdapter, json_headers
 from herald.errors import ValidationError
 from herald.model import Destination, Event
-from herald.signing import parse_secret, signature_header
+from herald.signing import generate_secret, parse_secret, signature_header
 
 # Headers Herald owns: a custom header may not replace them.
 RESERVED_HEADERS = frozenset(
@@ -86,7 +87,7 @@ def _check_url(value: str, *, credentials: str) -> str:
 
 
 class WebhookConfig(DestinationConfig):
-    url: str = Field(json_schema_extra={"maxLength": MAX_URL_LENGTH})
+    url: str = Field(json_schema_extra={**TARGET, "maxLength": MAX_URL_LENGTH})
     # Sensitive: it often carries an Authorization header or an API key.
     custom_headers: str | None = Field(
         default=None,
@@ -96,6 +97,10 @@ class WebhookConfig(DestinationConfig):
         },
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
+
+    # A new URL left without a secret gets a fresh one: the old one would make it a
+    # signing oracle (docs/security.md).
+    renewed: ClassVar[Mapping[str, Callable[[], str]]] = {"secret": generate_secret}
 
     _url = checked("url", functools.partial(_check_url, credentials="; use custom_headers"))
     _headers = checked("custom_headers", parse_custom_headers)
@@ -109,9 +114,6 @@ class WebhookConfig(DestinationConfig):
             except ValidationError as exc:
                 raise ValueError(exc.message) from exc
         return value
-
-    def target(self) -> tuple[Any, ...]:
-        return (self.url,)
 
 
 @dataclass(frozen=True, slots=True)
