@@ -129,7 +129,8 @@ async def test_an_empty_patch_changes_nothing_not_even_updated_at(api: Api) -> N
         },
     )
     assert status == 201, dest
-    for body in ({}, {"name": "n"}, {"webhook": {}}):
+    bodies: list[dict[str, Any]] = [{}, {"name": "n"}, {"webhook": {}}]
+    for body in bodies:
         status, _, same = await api.patch(f"{DESTS}/{dest['id']}", json=body)
         assert status == 200, same
         assert same["updated_at"] == dest["updated_at"], body
@@ -140,6 +141,18 @@ async def test_an_empty_patch_changes_nothing_not_even_updated_at(api: Api) -> N
 async def browser_less(herald: Herald) -> AsyncIterator[aiohttp.ClientSession]:
     jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
     async with aiohttp.ClientSession(base_url(herald), cookie_jar=jar) as session:
+        yield session
+
+
+@asynccontextmanager
+async def operator(herald: Herald) -> AsyncIterator[aiohttp.ClientSession]:
+    """A console session of a new operator key."""
+    key = (await herald.acli("keys", "create", "--operator")).stdout.strip()
+    async with browser_less(herald) as session:
+        async with session.get("/console/login") as resp:
+            login = {"csrf_token": csrf(await resp.text()), "key": key}
+        async with session.post("/console/login", data=login, allow_redirects=False) as resp:
+            assert resp.status == 303
         yield session
 
 
@@ -186,12 +199,7 @@ async def test_the_consoles_edit_form_re_points_without_the_old_credentials(
     new = await Receiver(secrets=[SECRET]).start()
     try:
         dest = await webhook(api, old.url)
-        key = (await herald.acli("keys", "create", "--operator")).stdout.strip()
-        async with browser_less(herald) as session:
-            async with session.get("/console/login") as resp:
-                login = {"csrf_token": csrf(await resp.text()), "key": key}
-            async with session.post("/console/login", data=login, allow_redirects=False) as r:
-                assert r.status == 303
+        async with operator(herald) as session:
             await repoint_through_the_form(session, f"/console/destinations/{dest['id']}", old, new)
     finally:
         await old.stop()
@@ -213,3 +221,27 @@ async def test_the_portals_edit_form_re_points_without_the_old_credentials(
     finally:
         await old.stop()
         await new.stop()
+
+
+async def test_a_spoofing_name_is_refused_and_a_spoofing_id_is_rejected_and_isolated(
+    herald: Herald, api: Api
+) -> None:
+    """``bidi\u202egnp.exe`` shows as ``bidiexe.png``: refused as a name, rejected as an
+    event id, and shown isolated (``<bdi>``) on the console's rejected rows."""
+    spoof = "bidi\u202egnp.exe"
+    body = {"name": spoof, "type": "webhook", "events": ["*"], "webhook": {"url": "http://x"}}
+    status, _, answer = await api.post(DESTS, json=body)
+    assert status == 422, answer
+    assert (answer["errors"][0]["code"], answer["errors"][0]["field"]) == ("name_invalid", "name")
+
+    await asyncio.to_thread(herald.insert_events, [(f"evt_{spoof}", "acme", "a.b", "{}")])
+
+    async def rejected() -> bool:
+        rows = await asyncio.to_thread(herald.query, "SELECT id FROM herald_outbox_rejected")
+        return rows == [(f"evt_{spoof}",)]
+
+    await eventually(rejected, what="the row's rejection")
+    async with operator(herald) as session, session.get("/console/outbox/rejected") as resp:
+        page = await resp.text()
+    assert f"<bdi>evt_{spoof}</bdi>" in page
+    assert "format character" in page

@@ -265,3 +265,18 @@ def test_every_type_declares_its_target_and_its_credentials(harness: Harness) ->
         assert model.marked("target"), adapter.type_id
         assert model.sensitive_fields(), adapter.type_id
         assert not model.marked("target") & model.sensitive_fields(), adapter.type_id
+
+
+async def test_a_header_that_can_never_be_sent_is_refused_at_create(harness: Harness) -> None:
+    h = harness
+    for headers in ('{"X-A": "a\\u0001b"}', '{"Expect": "100-continue"}'):
+        body = {
+            "name": "n",
+            "type": "webhook",
+            "events": ["*"],
+            "webhook": {"url": "http://127.0.0.1:9/hook", "custom_headers": headers},
+        }
+        with pytest.raises(ValidationError) as info:
+            await h.service.create("default", body)
+        assert (info.value.field, info.value.code) == ("webhook.custom_headers", "invalid_value")
+    assert h.scalar("SELECT COUNT(*) FROM herald_destinations") == 0

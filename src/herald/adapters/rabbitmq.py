@@ -182,6 +182,8 @@ def url_credentials(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class RabbitMQConfig(DestinationConfig):
+    endpoint_url: str | None = None
+    """Refused (``_no_endpoint``): ``server_url`` is the broker, and the target."""
     server_url: str = Field(json_schema_extra=TARGET)
     exchange: str = Field(json_schema_extra=TARGET)
     tls: str | None = Field(default=None, json_schema_extra=TARGET)

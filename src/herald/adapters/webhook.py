@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from herald.adapters.base import (
     TARGET,
@@ -27,6 +27,7 @@ from herald.adapters.base import (
     checked,
     dial,
     sensitive,
+    submitted,
 )
 from herald.adapters.httpdelivery import HTTPAdapter, json_headers
 from herald.errors import ValidationError
@@ -45,6 +46,15 @@ RESERVED_HEADERS = frozenset(
         "transfer-encoding",
         "connection",
     }
+)
+# Headers that would change how the request travels or how its body reads, not what it
+# says: refused in a change (a stored one is still sent as before).
+TRANSPORT_HEADERS = frozenset({"expect", "te", "content-encoding", "keep-alive", "upgrade"})
+TRANSPORT_PREFIXES = ("proxy-",)
+# RFC 9110 5.5 field-value: visible characters, with spaces and tabs only between them.
+# Beyond ASCII a character goes out as UTF-8 (octets of obs-text); a control never does.
+_FIELD_VALUE = re.compile(
+    r"(?:[^\x00-\x20\x7f-\x9f](?:[^\x00-\x08\x0a-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f])?)?"
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
@@ -80,6 +90,30 @@ def parse_custom_headers(value: str) -> dict[str, str]:
     return headers
 
 
+def header_problem(name: str, value: str) -> str | None:
+    """Why a custom header may not be set in a create or change (RFC 9110's rules for
+    a field value; a header that steers the transport), or None. Never the value."""
+    lowered = name.lower()
+    if lowered in TRANSPORT_HEADERS or lowered.startswith(TRANSPORT_PREFIXES):
+        return f"header {name!r} controls how the request travels and cannot be set"
+    if _FIELD_VALUE.fullmatch(value) is None:
+        return (
+            f"header {name!r} must be visible characters with spaces or tabs between them"
+            " (RFC 9110 field value: no control character, no leading or trailing space)"
+        )
+    return None
+
+
+def check_custom_headers(value: str) -> dict[str, str]:
+    """``custom_headers`` as a caller may set them: :func:`parse_custom_headers` and
+    :func:`header_problem` for each."""
+    headers = parse_custom_headers(value)
+    for name, val in headers.items():
+        if (problem := header_problem(name, val)) is not None:
+            raise ValueError(problem)
+    return headers
+
+
 def _check_url(value: str, *, credentials: str) -> str:
     if len(value) > MAX_URL_LENGTH:
         raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
@@ -103,7 +137,13 @@ class WebhookConfig(DestinationConfig):
     renewed: ClassVar[Mapping[str, Callable[[], str]]] = {"secret": generate_secret}
 
     _url = checked("url", functools.partial(_check_url, credentials="; use custom_headers"))
-    _headers = checked("custom_headers", parse_custom_headers)
+
+    @field_validator("custom_headers")
+    @classmethod
+    def _headers(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            (check_custom_headers if submitted(info) else parse_custom_headers)(value)
+        return value
 
     @field_validator("secret")
     @classmethod
