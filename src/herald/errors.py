@@ -164,8 +164,9 @@ _RESOLUTION_BY_CODE = {
         " in the config that the daemon and the CLI read."
     ),
     "credentials_required": (
-        "Give the destination its own credentials, or have the operator list the tenant"
-        " in security.ambient_credentials_tenants."
+        "Give the credentials in the same request: a new target needs each one again (or"
+        " null to drop it). A keyless cloud destination needs its own credentials, or the"
+        " operator to list the tenant in security.ambient_credentials_tenants."
     ),
     "secret_invalid": "Give whsec_ followed by standard base64 of a random key, or omit it.",
     "secret_not_supported": "Only webhook destinations have a signing secret.",

@@ -17,17 +17,30 @@ from herald.timeutil import parse_timestamp
 
 MAX_ID_LENGTH = 255
 
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-"""C0 controls, DEL and C1 controls: in an id or a name they would break a header line
-(``evt_x\r\nX-Injected: yes``), a log line or an operator's terminal."""
+FORMAT_CHARACTERS = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
+"""A regex class body: Unicode's format characters (category Cf, Unicode 15.1: bidi
+overrides and isolates, zero-width ones, tags) and the line and paragraph separators.
+Invisible, they make a name or an id show as another (``bidi\\u202egnp.exe`` reads
+``bidiexe.png``); ``tests/unit/test_repoint.py`` holds the list to unicodedata."""
+CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{FORMAT_CHARACTERS}]")
+"""C0 controls, DEL, C1 controls and :data:`FORMAT_CHARACTERS`: in an id or a name they
+would break a header line (``evt_x\r\nX-Injected: yes``), a log line or an operator's
+terminal, or show it as something it is not."""
 
 
 def control_problem(text: str, name: str) -> str | None:
-    """Why ``text`` cannot be an id, a type or a name: it holds a control character."""
+    """Why ``text`` cannot be an id, a type or a name: it holds a control or format
+    character (:data:`CONTROL`)."""
     found = CONTROL.search(text)
     if found is None:
         return None
-    return f"{name} contains a control character ({found.group()!r} at {found.start()})"
+    kind = "control" if found.group() <= "\x9f" else "format"
+    return f"{name} contains a {kind} character ({found.group()!r} at {found.start()})"
 
 
 def reserved_type_problem(event_type: str) -> str | None:

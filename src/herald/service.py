@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import structlog
 
-from herald.adapters.base import MASK
+from herald.adapters.base import MASK, DestinationConfig
 from herald.adapters.registry import Registry
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
@@ -171,11 +171,7 @@ class DestinationService:
                 )
             )
         else:
-            config = found.check(
-                self.registry.parse_config,
-                type_name,
-                {k: v for k, v in raw.items() if v is not None},
-            )
+            config = found.check(self._parsed, type_name, raw, submitted=True)
             found.check(config_lengths, used, raw)
         found.raise_any()
         assert name is not None
@@ -247,6 +243,8 @@ class DestinationService:
         for _ in range(5):
             dest = await self.get(tenant_id, dest_id)
             updated, reverify = await change(dest)
+            if updated == dest and not reverify:
+                return dest  # nothing changes, not even updated_at (PATCH {})
             updated = replace(updated, updated_at=max(time.time(), dest.updated_at + 1e-6))
             verification = self._verification(updated, updated.updated_at) if reverify else None
             if await self.store.update_destination(
@@ -275,10 +273,14 @@ class DestinationService:
         status_raw = found.check(str_field, body, "status", required=False)
         found.raise_any()
         _, used, raw = self._type_object(body, current.type)
+        model = self.registry.get(current.type).config_model
+        given = None
         if raw is not None:
             # A credential echoed back as shown ("********") means "unchanged".
-            secret_names = self.registry.get(current.type).config_model.sensitive_fields()
-            raw = {k: v for k, v in raw.items() if not (k in secret_names and v == MASK)}
+            secret_names = model.sensitive_fields()
+            given = model.as_given(
+                {k: v for k, v in raw.items() if not (k in secret_names and v == MASK)}
+            )
 
         async def change(dest: Destination) -> tuple[Destination, bool]:
             changes: dict[str, Any] = {}
@@ -287,23 +289,29 @@ class DestinationService:
                 changes["name"] = name
             if events is not None:
                 changes["events"] = events
-            if raw is not None:
-                old = self.registry.parse_config(dest.type, self._merged(dest))
-                merged = {**self._merged(dest), **raw}
-                config = self.registry.parse_config(
-                    dest.type, {k: v for k, v in merged.items() if v is not None}
-                )
+            if raw is not None and given is not None:
+                stored = self._merged(dest)
+                old = self.registry.parse_config(dest.type, stored)
+                merged = {**stored, **given}
+                repointed = self._parsed(dest.type, merged).target() != old.target()
+                if repointed:
+                    merged = self._repointed(model, used, stored, given)
+                config = self._parsed(dest.type, merged, submitted=True)
                 config_lengths(used, raw)
                 adapter = self.registry.get(dest.type)
                 # Credentials are not part of the target: dropping them is checked too.
                 adapter.check_credentials(config, tenant_id=dest.tenant_id)
-                if config.target() != old.target():
+                if repointed:
                     await adapter.check(config, tenant_id=dest.tenant_id)
                     changes["status"] = DestinationStatus.PENDING_VERIFICATION
                     reverify = True
                 plain, secrets = config.split()
+                # Herald's own bookkeeping (a rotated secret's predecessor) is a credential
+                # of the old target too: a new target starts without it.
                 keep = {k: v for k, v in dest.config.items() if k.startswith("_")}
                 keep_secrets = {k: v for k, v in dest.secrets.items() if k.startswith("_")}
+                if repointed:
+                    keep, keep_secrets = {}, {}
                 changes["config"] = {**plain, **keep}
                 changes["secrets"] = {**secrets, **keep_secrets}
             if status_raw is not None:
@@ -323,6 +331,45 @@ class DestinationService:
                 status=updated.status.value,
             )
         return updated
+
+    def _parsed(
+        self, type_name: str, raw: Mapping[str, Any], *, submitted: bool = False
+    ) -> DestinationConfig:
+        """``raw`` (a null is a field dropped) as ``type_name``'s config."""
+        return self.registry.parse_config(
+            type_name, {k: v for k, v in raw.items() if v is not None}, submitted=submitted
+        )
+
+    @staticmethod
+    def _repointed(
+        model: type[DestinationConfig],
+        used: str,
+        stored: Mapping[str, Any],
+        given: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The config of a destination whose target changes: no stored credential goes
+        to the new target unless this change gives it again (null drops it). One it
+        does not give is a 422 ``credentials_required`` naming it, each in one error,
+        or, if its type renews it (the webhook's signing secret), a fresh value."""
+        secret_names = model.sensitive_fields()
+        fresh = {k: v for k, v in stored.items() if k not in secret_names}
+        fresh.update(given)
+        found = Problems()
+        for name in sorted((secret_names & stored.keys()) - given.keys()):
+            if (renew := model.renewed.get(name)) is not None:
+                fresh[name] = renew()
+                continue
+            found.add(
+                ValidationError(
+                    f"{used}.{name} must be given again (or null to drop it): the target"
+                    " changes, and a stored credential never goes to a target it was not"
+                    " given for",
+                    field=f"{used}.{name}",
+                    code="credentials_required",
+                )
+            )
+        found.raise_any()
+        return fresh
 
     def _merged(self, dest: Destination) -> dict[str, Any]:
         raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}

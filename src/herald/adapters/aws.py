@@ -140,10 +140,8 @@ Region = Annotated[str, AfterValidator(check_region)]
 
 
 class AWSConfig(DestinationConfig):
-    """Base of the AWS types' configs: endpoint check, credentials, target."""
+    """Base of the AWS types' configs: endpoint check, credentials."""
 
-    target_fields: ClassVar[tuple[str, ...]]
-    """The fields that say where messages go (a change means re-verification)."""
     credential_fields: ClassVar[tuple[str, str]] = ("key", "secret")
     """The type's names for the access key id and the secret access key."""
 
@@ -175,10 +173,6 @@ class AWSConfig(DestinationConfig):
         one), or None for the environment's default."""
         region = getattr(self, "region", None)
         return region if isinstance(region, str) else None
-
-    def target(self) -> tuple[Any, ...]:
-        # Credentials are left out on purpose: rotating a key is not a new destination.
-        return tuple((name, getattr(self, name)) for name in (*self.target_fields, "endpoint_url"))
 
 
 class KeySecretConfig(AWSConfig):

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from herald.adapters.aws import AWSAdapter, AWSConfig, Region, failure, http_status
-from herald.adapters.base import Result, checked, matching, sensitive
+from herald.adapters.base import TARGET, Result, checked, matching, sensitive
 from herald.model import Event
 from herald.timeutil import parse_timestamp
 
@@ -31,14 +31,13 @@ _BUS = re.compile(
 
 
 class EventBridgeConfig(AWSConfig):
-    event_bus_name: str = Field(description="bus name or ARN")
-    region: Region
+    event_bus_name: str = Field(description="bus name or ARN", json_schema_extra=TARGET)
+    region: Region = Field(json_schema_extra=TARGET)
     access_key_id: str | None = Field(default=None, json_schema_extra=sensitive("access key id"))
     secret_access_key: str | None = Field(
         default=None, json_schema_extra=sensitive("secret access key")
     )
 
-    target_fields: ClassVar[tuple[str, ...]] = ("event_bus_name", "region")
     credential_fields: ClassVar[tuple[str, str]] = ("access_key_id", "secret_access_key")
 
     _bus = checked(

@@ -10,22 +10,20 @@ IAM: ``kinesis:PutRecord``.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
 from herald.adapters.aws import AWSAdapter, KeySecretConfig, Region
-from herald.adapters.base import checked, matching
+from herald.adapters.base import TARGET, checked, matching
 from herald.model import Event
 
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}", re.ASCII)
 
 
 class KinesisConfig(KeySecretConfig):
-    stream_name: str = Field(description="stream name")
-    region: Region
-
-    target_fields: ClassVar[tuple[str, ...]] = ("stream_name", "region")
+    stream_name: str = Field(description="stream name", json_schema_extra=TARGET)
+    region: Region = Field(json_schema_extra=TARGET)
 
     _stream_name = checked(
         "stream_name", matching(_STREAM_NAME, "must be 1 to 128 letters, digits, '_', '.' or '-'")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -24,6 +24,7 @@ from herald.adapters.aws import (
     header_safe,
     shared_loader,
 )
+from herald.adapters.base import TARGET
 from herald.model import Event
 from herald.timeutil import rfc3339_nano
 
@@ -45,12 +46,10 @@ def object_key(event: Event) -> str:
 
 
 class S3Config(KeySecretConfig):
-    bucket: str = Field(description="bucket name")
-    region: Region
+    bucket: str = Field(description="bucket name", json_schema_extra=TARGET)
+    region: Region = Field(json_schema_extra=TARGET)
+    # How objects are kept, not where they go: not a target, no re-verification.
     storage_class: str = DEFAULT_STORAGE_CLASS
-
-    # The storage class is how objects are kept, not where they go: no re-verification.
-    target_fields: ClassVar[tuple[str, ...]] = ("bucket", "region")
 
     @field_validator("bucket")
     @classmethod

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
 from herald.adapters.aws import AWSAdapter, KeySecretConfig
+from herald.adapters.base import TARGET
 from herald.model import Event
 
 # Hosts under these domains are AWS's own; a region-shaped label in them is the region.
@@ -55,9 +56,7 @@ def fifo_id(value: str) -> str:
 
 
 class SQSConfig(KeySecretConfig):
-    queue_url: str = Field(description="full queue URL")
-
-    target_fields: ClassVar[tuple[str, ...]] = ("queue_url",)
+    queue_url: str = Field(description="full queue URL", json_schema_extra=TARGET)
 
     @field_validator("queue_url")
     @classmethod

@@ -57,6 +57,7 @@ import certifi
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from herald.adapters.base import (
+    TARGET,
     DestinationConfig,
     Dial,
     Result,
@@ -160,7 +161,7 @@ class ServiceBusConfig(DestinationConfig):
     # Never echo a submitted connection string back in a validation error.
     model_config = ConfigDict(hide_input_in_errors=True)
 
-    name: str
+    name: str = Field(json_schema_extra=TARGET)
     connection_string: str = Field(
         json_schema_extra=sensitive("connection string of a policy with Send rights")
     )
@@ -190,8 +191,9 @@ class ServiceBusConfig(DestinationConfig):
         return parse_connection_string(self.connection_string).namespace
 
     def target(self) -> tuple[Any, ...]:
-        """Namespace, entity and route: a rotated key is not a new target."""
-        return (self.namespace, self.name, self.endpoint_url)
+        """The marked fields and the connection string's namespace: a rotated key is not
+        a new target, a key of another namespace is."""
+        return (self.namespace, *super().target())
 
 
 @dataclass(frozen=True, slots=True)

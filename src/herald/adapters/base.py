@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, final
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from herald.config import MASK as MASK  # what a masked credential reads as
 from herald.config import redact
@@ -36,8 +36,26 @@ P = TypeVar("P")
 
 
 def sensitive(description: str = "") -> Any:
-    """Field metadata marking a credential: encrypted at rest, masked on output."""
+    """Field metadata marking a credential: encrypted at rest, masked on output, and
+    never kept for a new target (:meth:`DestinationConfig.target`)."""
     return {"sensitive": True, "description": description}
+
+
+SUBMITTED: Mapping[str, Any] = {"submitted": True}
+"""The validation context of a caller's create or change (``Registry.parse_config``):
+rules for new input only (:func:`submitted`) check it; a stored config is read back
+without it, so a rule added later never makes a stored destination unreadable."""
+
+
+def submitted(info: ValidationInfo) -> bool:
+    """Whether a validator is checking a caller's input (not a stored config)."""
+    return isinstance(info.context, Mapping) and bool(info.context.get("submitted"))
+
+
+TARGET: Any = {"target": True}
+"""Field metadata marking where messages go (a URL, a broker, a queue, a bucket): a
+new value is a new target, which is re-verified and must be given its credentials
+again (docs/security.md, "A new target gets no old credential")."""
 
 
 def checked(field: str, check: Callable[[str], object]) -> Any:
@@ -110,16 +128,31 @@ class DestinationConfig(BaseModel):
         extra="forbid", frozen=True, str_strip_whitespace=False, hide_input_in_errors=True
     )
 
-    endpoint_url: str | None = None
+    endpoint_url: str | None = Field(default=None, json_schema_extra=TARGET)
     """Point the type at a compatible service or a local emulator (not in the spec)."""
 
+    renewed: ClassVar[Mapping[str, Callable[[], str]]] = {}
+    """Credentials that a new target gets a fresh value of, when the change does not give
+    one (the webhook's signing secret); every other credential must be given again."""
+
     @classmethod
-    def sensitive_fields(cls) -> frozenset[str]:
+    def marked(cls, mark: str) -> frozenset[str]:
+        """The fields whose metadata carries ``mark`` (``sensitive``, ``target``)."""
         return frozenset(
             name
             for name, info in cls.model_fields.items()
-            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("sensitive")
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get(mark)
         )
+
+    @classmethod
+    def sensitive_fields(cls) -> frozenset[str]:
+        return cls.marked("sensitive")
+
+    @classmethod
+    def as_given(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields a change sets, as the model reads them (a type whose one field
+        carries others, as rabbitmq's ``server_url`` carries a login, splits them)."""
+        return dict(raw)
 
     def split(self) -> tuple[dict[str, Any], dict[str, str]]:
         """(plain fields, credential fields), leaving out unset ones."""
@@ -130,8 +163,12 @@ class DestinationConfig(BaseModel):
         return plain, secrets
 
     def target(self) -> tuple[Any, ...]:
-        """The fields that say where messages go; a change means re-verification."""
-        return tuple(self.model_dump(exclude=set(self.sensitive_fields())).items())
+        """Where messages go: the fields marked :data:`TARGET`, in declaration order. A
+        change means re-verification, and that every credential is given again. A type
+        that reads part of its target out of a credential (a token's source, a
+        connection string's endpoint) or normalises it adds that here."""
+        marked = self.marked("target")
+        return tuple(getattr(self, name) for name in type(self).model_fields if name in marked)
 
 
 class Dial(NamedTuple):

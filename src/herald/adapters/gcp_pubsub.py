@@ -53,6 +53,7 @@ import orjson
 from pydantic import ConfigDict, Field, field_validator
 
 from herald.adapters.base import (
+    TARGET,
     DestinationConfig,
     Dial,
     Result,
@@ -173,8 +174,8 @@ class PubSubConfig(DestinationConfig):
     # Never echo a submitted key back in a validation error.
     model_config = ConfigDict(hide_input_in_errors=True)
 
-    project_id: str
-    topic: str
+    project_id: str = Field(json_schema_extra=TARGET)
+    topic: str = Field(json_schema_extra=TARGET)
     service_account_json: str | None = Field(
         default=None, json_schema_extra=sensitive("service account key (JSON) with publish rights")
     )
@@ -206,10 +207,6 @@ class PubSubConfig(DestinationConfig):
     @property
     def topic_path(self) -> str:
         return f"projects/{self.project_id}/topics/{self.topic}"
-
-    def target(self) -> tuple[Any, ...]:
-        """The topic and where it is served; a new key for the same topic is not a new target."""
-        return (self.endpoint_url, self.project_id, self.topic)
 
 
 @dataclass(frozen=True, slots=True)

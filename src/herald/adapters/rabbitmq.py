@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -50,6 +51,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from herald.adapters.amqp_transport import PinnedTransport, pinned_connection_class
 from herald.adapters.base import (
+    TARGET,
     AdapterContext,
     DestinationConfig,
     Dial,
@@ -161,10 +163,30 @@ def _flag(value: str, allowed: frozenset[str]) -> bool:
     return lowered in _TRUE
 
 
+def url_credentials(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with user and password taken out of ``server_url`` into their own
+    fields (those given there win)."""
+    data = dict(data)
+    if not isinstance(data.get("server_url"), str):
+        return data
+    try:
+        address = parse_server_url(data["server_url"])
+    except ValueError:
+        return data  # the field validator reports it
+    data["server_url"] = address.without_credentials
+    if data.get("username") is None and address.username is not None:
+        data["username"] = address.username
+    if data.get("password") is None and address.password is not None:
+        data["password"] = address.password
+    return data
+
+
 class RabbitMQConfig(DestinationConfig):
-    server_url: str
-    exchange: str
-    tls: str | None = None
+    endpoint_url: str | None = None
+    """Refused (``_no_endpoint``): ``server_url`` is the broker, and the target."""
+    server_url: str = Field(json_schema_extra=TARGET)
+    exchange: str = Field(json_schema_extra=TARGET)
+    tls: str | None = Field(default=None, json_schema_extra=TARGET)
     username: str | None = Field(default=None, validate_default=True)
     password: str | None = Field(
         default=None,
@@ -177,20 +199,12 @@ class RabbitMQConfig(DestinationConfig):
     @model_validator(mode="before")
     @classmethod
     def _move_url_credentials(cls, data: Any) -> Any:
-        """Take user and password out of ``server_url`` into their own fields."""
-        if not isinstance(data, dict) or not isinstance(data.get("server_url"), str):
-            return data
-        try:
-            address = parse_server_url(data["server_url"])
-        except ValueError:
-            return data  # the field validator reports it
-        data = dict(data)
-        data["server_url"] = address.without_credentials
-        if data.get("username") is None and address.username is not None:
-            data["username"] = address.username
-        if data.get("password") is None and address.password is not None:
-            data["password"] = address.password
-        return data
+        return url_credentials(data) if isinstance(data, dict) else data
+
+    @classmethod
+    def as_given(cls, raw: Mapping[str, Any]) -> dict[str, Any]:
+        # A login in a new server_url is given with it (and wins over the stored one).
+        return url_credentials(raw)
 
     @field_validator("endpoint_url")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 
 import pydantic
 
-from herald.adapters.base import Adapter, AdapterContext, DestinationConfig
+from herald.adapters.base import SUBMITTED, Adapter, AdapterContext, DestinationConfig
 from herald.config import Redactor
 from herald.errors import ValidationError
 
@@ -72,12 +72,18 @@ class Registry:
     def get(self, type_name: str) -> Adapter:
         return self._adapters[self.canonical(type_name)]
 
-    def parse_config(self, type_name: str, raw: Mapping[str, Any]) -> DestinationConfig:
-        """Validate a type-keyed object; errors name the field as ``type.field``."""
+    def parse_config(
+        self, type_name: str, raw: Mapping[str, Any], *, submitted: bool = False
+    ) -> DestinationConfig:
+        """Validate a type-keyed object; errors name the field as ``type.field``.
+
+        ``submitted``: a caller's create or change, held to the rules for new input
+        too (:data:`~herald.adapters.base.SUBMITTED`); a stored config read back is
+        not, so a rule added later never makes a stored destination unreadable."""
         canonical = self.canonical(type_name)
         model = self._adapters[canonical].config_model
         try:
-            return model.model_validate(dict(raw))
+            return model.model_validate(dict(raw), context=SUBMITTED if submitted else None)
         except pydantic.ValidationError as exc:
             # Every field's problem at once (one per field), the first leading.
             problems: dict[str, ValidationError] = {}

@@ -10,14 +10,15 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from herald.adapters.base import (
+    TARGET,
     AdapterContext,
     DestinationConfig,
     Dial,
@@ -26,11 +27,12 @@ from herald.adapters.base import (
     checked,
     dial,
     sensitive,
+    submitted,
 )
 from herald.adapters.httpdelivery import HTTPAdapter, Proxy, json_headers
 from herald.errors import ValidationError
 from herald.model import Destination, Event
-from herald.signing import parse_secret, signature_header
+from herald.signing import generate_secret, parse_secret, signature_header
 
 # Headers Herald owns: a custom header may not replace them.
 RESERVED_HEADERS = frozenset(
@@ -44,6 +46,15 @@ RESERVED_HEADERS = frozenset(
         "transfer-encoding",
         "connection",
     }
+)
+# Headers that would change how the request travels or how its body reads, not what it
+# says: refused in a change (a stored one is still sent as before).
+TRANSPORT_HEADERS = frozenset({"expect", "te", "content-encoding", "keep-alive", "upgrade"})
+TRANSPORT_PREFIXES = ("proxy-",)
+# RFC 9110 5.5 field-value: visible characters, with spaces and tabs only between them.
+# Beyond ASCII a character goes out as UTF-8 (octets of obs-text); a control never does.
+_FIELD_VALUE = re.compile(
+    r"(?:[^\x00-\x20\x7f-\x9f](?:[^\x00-\x08\x0a-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f])?)?"
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
@@ -79,6 +90,30 @@ def parse_custom_headers(value: str) -> dict[str, str]:
     return headers
 
 
+def header_problem(name: str, value: str) -> str | None:
+    """Why a custom header may not be set in a create or change (RFC 9110's rules for
+    a field value; a header that steers the transport), or None. Never the value."""
+    lowered = name.lower()
+    if lowered in TRANSPORT_HEADERS or lowered.startswith(TRANSPORT_PREFIXES):
+        return f"header {name!r} controls how the request travels and cannot be set"
+    if _FIELD_VALUE.fullmatch(value) is None:
+        return (
+            f"header {name!r} must be visible characters with spaces or tabs between them"
+            " (RFC 9110 field value: no control character, no leading or trailing space)"
+        )
+    return None
+
+
+def check_custom_headers(value: str) -> dict[str, str]:
+    """``custom_headers`` as a caller may set them: :func:`parse_custom_headers` and
+    :func:`header_problem` for each."""
+    headers = parse_custom_headers(value)
+    for name, val in headers.items():
+        if (problem := header_problem(name, val)) is not None:
+            raise ValueError(problem)
+    return headers
+
+
 def _check_url(value: str, *, credentials: str) -> str:
     if len(value) > MAX_URL_LENGTH:
         raise ValueError(f"must be at most {MAX_URL_LENGTH} characters")
@@ -86,7 +121,7 @@ def _check_url(value: str, *, credentials: str) -> str:
 
 
 class WebhookConfig(DestinationConfig):
-    url: str = Field(json_schema_extra={"maxLength": MAX_URL_LENGTH})
+    url: str = Field(json_schema_extra={**TARGET, "maxLength": MAX_URL_LENGTH})
     # Sensitive: it often carries an Authorization header or an API key.
     custom_headers: str | None = Field(
         default=None,
@@ -97,8 +132,18 @@ class WebhookConfig(DestinationConfig):
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
 
+    # A new URL left without a secret gets a fresh one: the old one would make it a
+    # signing oracle (docs/security.md).
+    renewed: ClassVar[Mapping[str, Callable[[], str]]] = {"secret": generate_secret}
+
     _url = checked("url", functools.partial(_check_url, credentials="; use custom_headers"))
-    _headers = checked("custom_headers", parse_custom_headers)
+
+    @field_validator("custom_headers")
+    @classmethod
+    def _headers(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            (check_custom_headers if submitted(info) else parse_custom_headers)(value)
+        return value
 
     @field_validator("secret")
     @classmethod
@@ -109,9 +154,6 @@ class WebhookConfig(DestinationConfig):
             except ValidationError as exc:
                 raise ValueError(exc.message) from exc
         return value
-
-    def target(self) -> tuple[Any, ...]:
-        return (self.url,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,23 +9,34 @@ from typing import Any
 
 import orjson
 
-from herald.ingest import CONTROL
+from herald.ingest import CONTROL, FORMAT_CHARACTERS
 
-_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
-"""DEL and the C1 controls, which JSON may carry unescaped (orjson does)."""
+_RAW_IN_JSON = re.compile(f"[\x7f-\x9f{FORMAT_CHARACTERS}]")
+"""DEL, the C1 controls and the format characters, which JSON may carry unescaped
+(orjson does)."""
 
 
 def visible(text: str) -> str:
-    """``text`` with its control characters (C0, DEL, C1) escaped as ``\\x1b``,
-    ``\\n``: a name, an id or an error from the database cannot move the cursor,
-    retitle the operator's terminal or forge an output line."""
+    """``text`` with its control characters (C0, DEL, C1) and format characters (bidi
+    overrides, zero-width ones) escaped as ``\\x1b``, ``\\n``, ``\\u202e``: a name, an id
+    or an error from the database cannot move the cursor, retitle the operator's
+    terminal, forge an output line or show itself reversed."""
     return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _json_escape(char: str) -> str:
+    """``char`` as a JSON string escape (a surrogate pair beyond the BMP)."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def print_json(obj: Any) -> None:
     text = orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
     # Only inside strings (JSON's own syntax is printable ASCII): escaped, the same value.
-    text = _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    text = _RAW_IN_JSON.sub(lambda m: _json_escape(m.group()), text)
     sys.stdout.write(text + "\n")
 
 

@@ -167,14 +167,14 @@ class DestinationPages(Pages):
         try:
             await self.service.update(dest.tenant_id, dest.id, forms.edit_body(form, dest.type))
         except HeraldError as exc:
-            field = forms.form_field_of(exc.field, dest.type)
+            errors, error = forms.form_errors(exc, dest.type)
+            # Credentials typed are not sent back into the page: their inputs show the
+            # stored ones masked again, or nothing where the change must give one again.
+            sensitive = self._sensitive_inputs(dest.type)
+            kept = {k: v for k, v in form.items() if k != CSRF_FIELD and k not in sensitive}
+            kept.update(dict.fromkeys(sensitive & errors.keys(), ""))
             return await self._page(
-                request,
-                dest,
-                status=exc.status,
-                errors={field: exc.message} if field else {},
-                error=None if field else exc.message,
-                form=form,
+                request, dest, status=exc.status, errors=errors, error=error, form=kept
             )
         self._audit(
             request, "destination_updated", dest, **update_fields(forms.edit_body(form, dest.type))
@@ -225,24 +225,18 @@ class DestinationPages(Pages):
         try:
             dest = await self.service.create(tenant, forms.create_body(form))
         except HeraldError as exc:
-            field = forms.form_field_of(exc.field, form.get("type", ""))
+            errors, error = forms.form_errors(exc, form.get("type", ""))
             # Credentials typed are not sent back into the page.
-            sensitive = {
-                f.input_name
-                for f in forms.config_fields(self.registry, self._type_or_first(form))
-                if f.sensitive
-            }
+            sensitive = self._sensitive_inputs(self._type_or_first(form))
             kept = {k: v for k, v in form.items() if k != CSRF_FIELD and k not in sensitive}
-            return self._create_form(
-                request,
-                kept,
-                errors={field: exc.message} if field else {},
-                error=None if field else exc.message,
-                status=exc.status,
-            )
+            return self._create_form(request, kept, errors=errors, error=error, status=exc.status)
         self.wake()
         self.audit(request, "destination_created", tenant_id=tenant, destination_id=dest.id)
         return self._done(request, dest, "created")
+
+    def _sensitive_inputs(self, type_name: str) -> set[str]:
+        """The form inputs of ``type_name``'s credentials."""
+        return {f.input_name for f in forms.config_fields(self.registry, type_name) if f.sensitive}
 
     def _type_or_first(self, form: Mapping[str, str]) -> str:
         try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herald.adapters.registry import Registry
+from herald.errors import HeraldError
 
 CONFIG_PREFIX = "config."
 
@@ -26,6 +27,8 @@ class FormField:
     required: bool
     sensitive: bool
     help: str
+    target: bool = False
+    """Where messages go: a new value needs every credential given again."""
 
     @property
     def input_name(self) -> str:
@@ -36,6 +39,7 @@ def config_fields(registry: Registry, type_name: str) -> list[FormField]:
     """The inputs of a type's config, required ones first, as its model declares them."""
     model = registry.get(type_name).config_model
     secret = model.sensitive_fields()
+    target = model.marked("target")
     out = []
     for name, info in model.model_fields.items():
         out.append(
@@ -45,6 +49,7 @@ def config_fields(registry: Registry, type_name: str) -> list[FormField]:
                 required=info.is_required(),
                 sensitive=name in secret,
                 help=info.description or "",
+                target=name in target,
             )
         )
     return sorted(out, key=lambda f: not f.required)
@@ -87,6 +92,21 @@ def edit_body(form: Mapping[str, str], type_name: str) -> dict[str, Any]:
     if config:
         body[type_name] = config
     return body
+
+
+def form_errors(exc: HeraldError, type_name: str) -> tuple[dict[str, str], str | None]:
+    """A service error and the ones riding with it (``also``), as the form shows them:
+    each beside its input (the first for an input wins), and the message of one that
+    belongs to no input above the form."""
+    errors: dict[str, str] = {}
+    above = None
+    for problem in (exc, *exc.also):
+        field = form_field_of(problem.field, type_name)
+        if field is None:
+            above = above or problem.message
+        else:
+            errors.setdefault(field, problem.message)
+    return errors, above
 
 
 def form_field_of(error_field: str | None, type_name: str) -> str | None:

@@ -413,7 +413,7 @@ def test_endpoint_is_the_target_and_the_key_is_sensitive() -> None:
     plain, secrets = config.split()
     assert set(secrets) == {"connection_string"}
     assert plain == {"name": "orders"}
-    assert config.target() == ("herald.servicebus.windows.net", "orders", None)
+    assert config.target() == ("herald.servicebus.windows.net", None, "orders")
     rotated = ServiceBusConfig.model_validate(
         {"name": "orders", "connection_string": CONN.replace(KEY, "bmV3LWtleQ==")}
     )
