@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp_jinja2
-import orjson
 import jinja2
+import orjson
 from aiohttp import web
 from markupsafe import Markup, escape
 
