@@ -9,8 +9,10 @@ operator's overview and on the tenant's own (never another tenant's).
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -322,3 +324,56 @@ def test_the_portals_events_list_holds_its_tenants_events_only(
     expect(events).not_to_contain_text(f"evt_{tag}_theirs")
     page.get_by_role("link", name=f"evt_{tag}_mine").click()
     expect(page.get_by_role("heading", name=f"Event evt_{tag}_mine")).to_be_visible()
+
+
+def test_a_pending_destination_says_why_on_its_page_in_the_cli_and_the_api(
+    herald: Herald, page: Page
+) -> None:
+    with Answering() as answering:
+        answering.answer(500)
+        dest = herald.create_webhook(answering.url, name="Hooli pending", tenant="hooli")
+        wait_for(
+            lambda: bool(
+                herald.query(
+                    "SELECT 1 FROM herald_deliveries WHERE destination_id = ?"
+                    " AND kind = 'verification' AND attempt_count >= 1",
+                    (dest["id"],),
+                )
+            ),
+            what="the verification ping's first attempt",
+        )
+        page.goto(f"/console/destinations/{dest['id']}")
+        expect(page.locator("#dest-status")).to_have_text("pending_verification")
+        reason = page.locator("#pending-reason")
+        expect(reason).to_contain_text("verification ping's last attempt failed")
+        expect(reason).to_contain_text("HTTP 500")
+        expect(reason.locator("time")).to_have_text(RELATIVE)
+
+        shown = herald.cli("destinations", "show", dest["id"], "--tenant", "hooli").stdout
+        assert re.search(r"^last attempt: .*HTTP 500", shown, re.MULTILINE), shown
+
+        ask = urllib.request.Request(
+            f"http://127.0.0.1:{herald.port}/v2/event-destinations/{dest['id']}",
+            headers={"Authorization": f"Bearer {herald.api_key('hooli')}"},
+        )
+        with urllib.request.urlopen(ask, timeout=10) as resp:
+            verification = json.loads(resp.read())["verification"]
+        assert verification["state"] == "pending"
+        last = verification["last_attempt"]
+        assert (last["response_status"], last["outcome"]) == (500, "failure_retryable")
+        assert last["started_at"].endswith("Z")
+
+        # Verified: no reason any more, on the page or in the API's read.
+        answering.answer(204)
+        page.get_by_role("button", name="Re-verify").click()
+        wait_for(
+            lambda: (
+                herald.query("SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],))
+                == [("active",)]
+            ),
+            what="the destination's verification",
+        )
+        page.goto(f"/console/destinations/{dest['id']}")
+        expect(page.locator("#pending-reason")).to_have_count(0)
+        with urllib.request.urlopen(ask, timeout=10) as resp:
+            assert "last_attempt" not in json.loads(resp.read())["verification"]
