@@ -209,7 +209,8 @@ class Pages:
         d: Delivery, names: Mapping[str, str], *, with_attempts: bool = False
     ) -> dict[str, Any]:
         """A delivery as the pages show it: its view, its tenant, its destination's name,
-        and its next attempt (None while it is leased: then it is being attempted)."""
+        and its next attempt (None while it is leased: then it is being attempted; ``due``
+        once its time has come)."""
         view = delivery_view(d, with_attempts=with_attempts)
         return {
             **view,
@@ -217,6 +218,7 @@ class Pages:
             "destination_name": names.get(d.destination_id),
             "leased": d.leased,
             "next_attempt": None if d.leased or d.held else view["next_attempt_at"],
+            "due": d.next_attempt_at is not None and d.next_attempt_at <= time.time(),
         }
 
     @staticmethod
