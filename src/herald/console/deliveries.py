@@ -1,6 +1,7 @@
 """The pages that read what Herald delivered: the overview, the deliveries (filtered
-list, one delivery with its attempts, "Retry now"), an event and its deliveries, and
-the rejected outbox rows (operators only).
+list, one delivery with its attempts, "Retry now"), the events (newest first, and the
+lookup by id), an event and its deliveries, and the rejected outbox rows (operators
+only).
 
 Every lookup is within the request's scope: another tenant's id is a 404."""
 
