@@ -102,6 +102,10 @@ PENDING_PERMILLE, FAILURE_PERMILLE = 200, 20
 """Pending: 200 ‰ of the newest quarter (5 % of all); failure: 20 ‰ of the rest."""
 MAX_ATTEMPTS = 11
 SATURATED = 3
+FAILING = DESTINATIONS // 2
+"""The destination whose last error the overview reads: one of middling traffic (for the
+busiest, 4.5 % of every delivery, PostgreSQL rightly walks the primary key backwards
+instead, meeting one of its deliveries every 22 rows)."""
 """``claim_due`` excluding the three busiest destinations, as a saturated dispatcher does."""
 LEASE_OWNER = "herald-2:4242:01jqk5z8rn"
 EVENT_DATA = (
@@ -116,6 +120,8 @@ QUERIES = (
     "list_deliveries",
     "count_deliveries",
     "purge_select",
+    "last_failed_attempt",
+    "list_events",
 )
 CALLS = {
     "claim_due": "store.claim_due(now, limit=claim_batch_size, owner, lease_until)",
@@ -126,6 +132,10 @@ CALLS = {
     "count_deliveries": "service.replays.run(same filter, dry_run=True): its count",
     "purge_select": "store.purge(before=now - retention.days, limit=retention.batch_size):"
     " its selection",
+    "last_failed_attempt": "store.last_failed_attempt(a destination of middling traffic): the"
+    " overview's last error of a failing destination",
+    "list_events": "service.recent_events(tenant, type=invoice.paid; after page 1, limit 50):"
+    " page 2 of the portal's events list",
 }
 NOTES = {
     "claim_due": (
@@ -170,6 +180,17 @@ NOTES = {
         "The partial index `herald_deliveries_finished (updated_at) WHERE status <>"
         " 'pending'` returns the oldest finished deliveries first; the batch stops after"
         " `retention.batch_size` entries, however many are younger."
+    ),
+    "last_failed_attempt": (
+        "The destination's deliveries newest first on `herald_deliveries_destination"
+        " (destination_id, id)`, each one's last attempt a primary-key probe of"
+        " `herald_attempts`, to the first that failed: for a failing destination, its newest."
+    ),
+    "list_events": (
+        "`herald_events_ingested (ingested_at)` walked backwards from the cursor's time; the"
+        " tenant and the type are checked on each event visited (there is no index on"
+        " `(tenant_id, ingested_at)`: a rare tenant's page visits more events), and events"
+        " stored in the same relay batch are ordered by id, then tenant."
     ),
 }
 _SIZE_TABLES = ("herald_deliveries", "herald_attempts", "herald_events")
@@ -540,15 +561,19 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
 # one measured: a replay's dry run sends its count and its sample (at once, on
 # PostgreSQL's pool, so in either order).
 _ONE_OF_SEVERAL = {"count_deliveries": "COUNT("}
+_TABLE = {"list_events": "herald_events"}
+"""The table a call's measured statement reads, when not ``herald_deliveries``."""
 
 
 def _deliveries_statement(sent: Sequence[Statement], what: str) -> Statement:
-    """The first statement that reads ``herald_deliveries`` (transaction control aside)."""
+    """The first statement that reads ``herald_deliveries`` (or the call's table in
+    :data:`_TABLE`), transaction control aside."""
     marker = _ONE_OF_SEVERAL.get(what, "")
+    table = _TABLE.get(what, "herald_deliveries")
     for stmt in sent:
-        if "herald_deliveries" in stmt.sql and marker in stmt.sql.upper():
+        if table in stmt.sql and marker in stmt.sql.upper():
             return stmt
-    raise BenchError(f"{what}: the store sent no statement on herald_deliveries: {sent}")
+    raise BenchError(f"{what}: the store sent no statement on {table}: {sent}")
 
 
 def settings_for(url: str) -> Settings:
@@ -569,6 +594,7 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
     deliveries and the purge deletes a batch, as they would in production."""
     from herald.api.request import DEFAULT_LIMIT
     from herald.model import DeliveryFilter, DeliveryStatus
+    from herald.store.recent import EventsPage
 
     store, service, settings = comp.store, comp.service, comp.settings
     delivery, retention = settings.delivery, settings.retention
@@ -581,6 +607,10 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
     if not more:
         raise BenchError(f"the busiest destination has only {len(page)} failed deliveries")
     cursor = page[-1].id  # what the API's next-page cursor carries
+    events, more = await service.recent_events(Shape.tenant_of(0), type="invoice.paid", limit=50)
+    if not more:
+        raise BenchError(f"the busiest tenant has only {len(events)} invoice.paid events")
+    after = EventsPage(events[-1].ingested_at, events[-1].id, events[-1].tenant_id)
 
     def claim(exclude: Sequence[str]) -> Callable[[], Awaitable[object]]:
         return lambda: store.claim_due(
@@ -601,6 +631,10 @@ async def capture(comp: Components, shape: Shape) -> dict[str, Statement]:
         "count_deliveries": lambda: service.replays.run(flt, by="bench", dry_run=True),
         "purge_select": lambda: store.purge(
             before=shape.now - retention.days * DAY, limit=retention.batch_size
+        ),
+        "last_failed_attempt": lambda: store.last_failed_attempt(Shape.destination(FAILING)),
+        "list_events": lambda: service.recent_events(
+            Shape.tenant_of(0), type="invoice.paid", after=after, limit=50
         ),
     }
     out: dict[str, Statement] = {}

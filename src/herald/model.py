@@ -178,6 +178,9 @@ class Delivery:
     attempts: tuple[Attempt, ...] = field(default=())
     replay_id: str | None = None
     """The latest replay that re-queued it, if any (``rpl_…``)."""
+    leased: bool = False
+    """Claimed by a daemon now: ``next_attempt_at`` is then its lease's end, not a
+    next attempt (read where it is shown)."""
 
 
 @dataclass(slots=True)

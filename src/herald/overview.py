@@ -1,5 +1,10 @@
 """The console's front page: every tenant's (or one tenant's) delivery counts,
-from indexed reads and counters only, never a scan of the deliveries."""
+from indexed reads and counters only, never a scan of the deliveries.
+
+A delivery ends as ``failure`` only after its last retry (hours after its first
+failed attempt), so the page also reads what attempts are doing now: the
+destinations in a failing episode (with since when and their last error) and the
+recorder's attempts per hour."""
 
 from __future__ import annotations
 
@@ -7,11 +12,30 @@ import time
 from dataclasses import dataclass
 
 from herald.store import Store
+from herald.store.counters import HOUR
+from herald.store.recent import FailedAttempt
 
 OVERVIEW_REJECTED_MAX = 1000
 """The overview counts rejected outbox rows up to this many ("1000+" past it)."""
 OVERVIEW_FAILING_MAX = 5
 """The overview names this many of the destinations failing most."""
+OVERVIEW_FAILING_NOW_MAX = 20
+"""The overview names this many destinations in a failing episode (the longest first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailingNow:
+    """A destination in a failing episode, as the overview shows it."""
+
+    id: str
+    tenant_id: str
+    name: str
+    since: float
+    consecutive_failures: int
+    failed_attempts: int
+    """Its failed attempts since the overview's ``attempts_since``."""
+    last: FailedAttempt | None
+    """Its latest failed attempt (None if retention removed it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +55,23 @@ class Overview:
     in_flight: int
     failing: list[tuple[str, str, int]]
     """(destination id, name, failed deliveries) over the last hour, the most first."""
+    failing_now: list[FailingNow]
+    """Destinations in a failing episode now, the longest failing first."""
+    attempts_since: float
+    """The start of the previous clock hour: the attempt counters count by hour."""
+    attempts: int
+    failed_attempts: int
+    """Every attempt (and the failed ones) since ``attempts_since``."""
+    attempt_hours: list[tuple[str, int, int]]
+    """(outcome, hour since the epoch, attempts) over the last 24 hours."""
 
 
 async def read(store: Store, *, now: float | None = None, tenant_id: str | None = None) -> Overview:
     """What the console's front page shows (of every tenant, or of ``tenant_id``'s
     destinations for the portal), from indexed reads only: finished deliveries by
     outcome per minute over the last hour and per 15 minutes over the last day, the
-    pending backlog, the oldest due delivery, rejected rows (operators only)."""
+    pending backlog, the oldest due delivery, rejected rows (operators only), the
+    destinations failing now and the attempts per hour from the counters."""
     now = time.time() if now is None else now
     one = {"tenant_id": tenant_id}
     hour = await store.outcome_counts(since=now - 3600, bucket_seconds=60, **one)
@@ -54,6 +88,10 @@ async def read(store: Store, *, now: float | None = None, tenant_id: str | None 
     ):
         dest = await store.get_destination(tenant_id, dest_id)
         failing.append((dest_id, dest.name if dest else dest_id, failures))
+    failing_now = await _failing_now(store, now=now, tenant_id=tenant_id)
+    hours = await store.attempt_hours(since=now - 23 * HOUR, tenant_id=tenant_id)
+    since = (int(now // HOUR) - 1) * HOUR
+    recent = [h for h in hours if h[0] * HOUR >= since]
     return Overview(
         now=now,
         last_hour=hour,
@@ -65,4 +103,30 @@ async def read(store: Store, *, now: float | None = None, tenant_id: str | None 
         rejected=rejected,
         in_flight=await store.in_flight(**one),
         failing=failing,
+        failing_now=failing_now,
+        attempts_since=since,
+        attempts=sum(s + f for _, s, f in recent),
+        failed_attempts=sum(f for _, _, f in recent),
+        attempt_hours=[("success", h, s) for h, s, _ in hours]
+        + [("failure", h, f) for h, _, f in hours],
     )
+
+
+async def _failing_now(store: Store, *, now: float, tenant_id: str | None) -> list[FailingNow]:
+    """The destinations in a failing episode, each with its failed attempts since the
+    previous clock hour and its last error."""
+    found = await store.failing_now(limit=OVERVIEW_FAILING_NOW_MAX, tenant_id=tenant_id)
+    since = (int(now // HOUR) - 1) * HOUR
+    counts = await store.attempts_since([f.id for f in found], since=since)
+    return [
+        FailingNow(
+            id=f.id,
+            tenant_id=f.tenant_id,
+            name=f.name,
+            since=f.failing_since,
+            consecutive_failures=f.consecutive_failures,
+            failed_attempts=counts.get(f.id, (0, 0))[1],
+            last=await store.last_failed_attempt(f.id),
+        )
+        for f in found
+    ]

@@ -39,6 +39,7 @@ from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
     VERIFICATION_EVENT_TYPE,
+    Attempt,
     Delivery,
     DeliveryFilter,
     DeliveryKind,
@@ -58,6 +59,7 @@ from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
 from herald.store import Store
+from herald.store.recent import EventsPage, EventSummary
 from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
@@ -615,6 +617,33 @@ class DestinationService:
         if event is None:
             raise NotFound(f"no event {event_id}", code="event_not_found")
         return event
+
+    async def recent_events(
+        self,
+        tenant_id: str | None,
+        *,
+        type: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        after: EventsPage | None = None,
+        limit: int = 20,
+    ) -> tuple[list[EventSummary], bool]:
+        """Events newest first (every tenant's when ``tenant_id`` is None), received
+        within [``since``, ``until``], of one ``type`` if given, past ``after``; and
+        whether there are more."""
+        if type is not None:
+            check_event_types((type,), field="type")
+        rows = await self.store.list_events(
+            tenant_id=tenant_id, type=type, since=since, until=until, after=after, limit=limit + 1
+        )
+        return rows[:limit], len(rows) > limit
+
+    async def verification_attempt(self, dest: Destination) -> Attempt | None:
+        """The last attempt of ``dest``'s newest verification ping (why a pending
+        destination is still pending), None without one."""
+        flt = DeliveryFilter(destination_id=dest.id, kind=DeliveryKind.VERIFICATION)
+        found = await self.store.list_deliveries(flt, before_id=None, limit=1)
+        return found[0].last_attempt if found else None
 
 
 __all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]

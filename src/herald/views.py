@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -87,6 +88,29 @@ def verification_view(dest: Destination) -> dict[str, Any]:
         "last_error": dest.verification_error if state == "failed" else None,
         "reverify": REVERIFY.format(id=dest.id) if state != "verified" else None,
     }
+
+
+def verification_attempt_view(a: Attempt | None) -> dict[str, Any] | None:
+    """The last attempt of a destination's newest verification ping: why it is still
+    pending (``verification.last_attempt`` on a read of one destination)."""
+    if a is None:
+        return None
+    return {
+        "started_at": _ts(a.started_at),
+        "outcome": a.outcome.value,
+        "response_status": a.response_status,
+        "error": a.error,
+    }
+
+
+def attempt_said(a: Mapping[str, Any]) -> str:
+    """What an attempt's view says went wrong, for people: its error (or outcome), after
+    its HTTP status unless the error names it already."""
+    said = str(a.get("error") or a["outcome"])
+    status = a.get("response_status")
+    if status is not None and not said.startswith("HTTP"):
+        said = f"HTTP {status}: {said}"
+    return said
 
 
 def attempt_view(a: Attempt) -> dict[str, Any]:

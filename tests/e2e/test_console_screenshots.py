@@ -123,6 +123,7 @@ def test_every_page_renders_with_data(
             ("destinations", "/console/destinations", "Destinations"),
             ("destination", f"/console/destinations/{ids['orders']}", "Order service"),
             ("destination-new", "/console/destinations/new?type=webhook", "New destination"),
+            ("events", "/console/events", "Events"),
             ("event", f"/console/events/{ids['event']}", "Event"),
             ("rejected", "/console/outbox/rejected", "Rejected outbox rows"),
         ]

@@ -5,7 +5,8 @@ The scenario of ``bench/query_plans.py`` (``docs/query-plans.md`` shows it at
 make the due-delivery claim (also with saturated destinations excluded),
 ``next_due_at``, page 2 of ``GET /v2/event-destinations/{id}/event-deliveries``
 with a status filter, a replay dry run's count and the retention purge's
-selection; the statements they send are recorded at the driver and explained with
+selection, the overview's last error of a failing destination and page 2 of the
+portal's events list; the statements they send are recorded at the driver and explained with
 the parameters they were sent with. PostgreSQL's tables are analysed; SQLite's are
 not, as Herald runs no ``ANALYZE`` on it.
 """
@@ -44,6 +45,8 @@ EXPECTED: dict[str, set[str]] = {
     "list_deliveries": LISTING,
     "count_deliveries": {"herald_deliveries_destination", "herald_deliveries_tenant"},
     "purge_select": {"herald_deliveries_finished"},
+    "last_failed_attempt": {"herald_deliveries_destination"},
+    "list_events": {"herald_events_ingested"},
 }
 
 

@@ -19,7 +19,7 @@ from herald.api.request import (
 from herald.audit import update_fields
 from herald.fields import events_field, name_field
 from herald.model import DestinationStatus
-from herald.views import delivery_view, health_view
+from herald.views import delivery_view, health_view, verification_attempt_view
 
 
 class DestinationHandlers(ApiBase):
@@ -68,6 +68,9 @@ class DestinationHandlers(ApiBase):
         dest = await self.service.get(request[TENANT], request.match_info["id"])
         health = (await self.service.health([dest])).get(dest.id)
         view = {**self._dest(dest), "health": health_view(health)}
+        if view["verification"]["state"] != "verified":
+            attempt = await self.service.verification_attempt(dest)
+            view["verification"]["last_attempt"] = verification_attempt_view(attempt)
         return self._respond(self.models.destination, view)
 
     async def update_destination(self, request: web.Request) -> web.StreamResponse:

@@ -93,6 +93,16 @@ class Event(_Strict):
     data: dict[str, Any]
 
 
+class VerificationAttempt(_Strict):
+    """The last attempt of a destination's newest verification ping
+    (``herald.views.verification_attempt_view``)."""
+
+    started_at: str
+    outcome: str
+    response_status: int | None
+    error: str | None
+
+
 class Verification(_Strict):
     """Where a destination's verification stands (``herald.views.verification_view``)."""
 
@@ -103,6 +113,12 @@ class Verification(_Strict):
     failed_at: str | None = Field(description="when the failed ping gave up")
     last_error: str | None = Field(description="the failed ping's last error")
     reverify: str | None = Field(description="the request that sends a new verification ping")
+    last_attempt: VerificationAttempt | None = Field(
+        default=None,
+        description="on a read of one destination that is not verified: the last attempt of"
+        " its newest verification ping, why it is still pending (null before its first"
+        " attempt); absent elsewhere",
+    )
 
 
 class DestinationHealth(_Strict):

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from herald.ingest import CONTROL, FORMAT_CHARACTERS
+from herald.views import attempt_said
 
 _RAW_IN_JSON = re.compile(f"[\x7f-\x9f{FORMAT_CHARACTERS}]")
 """DEL, the C1 controls and the format characters, which JSON may carry unescaped
@@ -82,6 +83,12 @@ def print_verification(v: dict[str, Any]) -> None:
     if ver["state"] == "failed":
         print(f"failed at:    {short_ts(ver['failed_at'])}")
         print(f"last error:   {visible(ver['last_error'] or '-')}")
+    last = ver.get("last_attempt")
+    if last is not None:
+        said = attempt_said(last)
+        print(f"last attempt: {short_ts(last['started_at'])}  {visible(said)}")
+    elif "last_attempt" in ver:
+        print("last attempt: none yet (the ping is queued)")
     print(f"re-verify:    herald destinations verify {v['id']}  (API: {ver['reverify']})")
 
 

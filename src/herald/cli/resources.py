@@ -34,6 +34,7 @@ from herald.views import (
     health_view,
     list_view,
     rate_text,
+    verification_attempt_view,
 )
 
 
@@ -135,6 +136,9 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
         health = (await svc.health([dest])).get(dest.id) if action == "show" else None
         if action == "show":
             v["health"] = health_view(health)  # as the API's GET shows it
+            if v["verification"]["state"] != "verified":
+                attempt = await svc.verification_attempt(dest)
+                v["verification"]["last_attempt"] = verification_attempt_view(attempt)
         if args.json:
             print_json(v)
             return EXIT_OK

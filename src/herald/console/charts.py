@@ -1,7 +1,8 @@
 """Bar charts drawn on the server: counts per time bucket as SVG rectangles.
 
 The page needs no script to show them; the numbers are also in each bar's title
-(read by screen readers and shown on hover) and in the table beside the chart.
+(read by screen readers and shown on hover) and in a table of the buckets below the
+chart, under a time axis of evenly spaced ticks ("45 min ago" … "now").
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from herald.model import HourCount
 WIDTH = 600
 HEIGHT = 120
 OUTCOMES = ("success", "failure")
+TICKS = 4
+"""Spaces between the time axis' labels (five labels, the last "now")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,10 @@ class Chart:
     totals: dict[str, int]
     peak: int
     label: str
+    ticks: list[str]
+    """The time axis' labels, evenly spaced from the chart's left edge to "now"."""
+    rows: list[tuple[str, int, int]]
+    """(when, successes, failures) of each bucket with a count, the newest first."""
 
 
 def bar_chart(
@@ -60,7 +67,11 @@ def bar_chart(
     peak = max((sum(v.values()) for v in per.values()), default=0)
     slot = WIDTH / buckets
     bars: list[Bar] = []
+    rows: list[tuple[str, int, int]] = []
     for bucket, values in sorted(per.items()):
+        rows.insert(
+            0, (_ago((last - bucket) * bucket_seconds), values["success"], values["failure"])
+        )
         x = (bucket - first) * slot
         base = float(HEIGHT)
         for outcome in OUTCOMES:
@@ -80,12 +91,15 @@ def bar_chart(
                     title=f"{count} {outcome}, {when}",
                 )
             )
-    return Chart(WIDTH, HEIGHT, bars, totals, peak, label)
+    step = buckets / TICKS
+    ticks = [_ago(round(buckets - i * step) * bucket_seconds, edge=True) for i in range(TICKS)]
+    return Chart(WIDTH, HEIGHT, bars, totals, peak, label, [*ticks, "now"], rows)
 
 
-def _ago(seconds: int) -> str:
+def _ago(seconds: int, *, edge: bool = False) -> str:
+    """How long ago a bucket began (``edge``: a point on the time axis)."""
     if seconds == 0:
-        return "this bucket"
+        return "now" if edge else "this bucket"
     if seconds % 3600 == 0:
         return f"{seconds // 3600} h ago"
     return f"{seconds // 60} min ago"

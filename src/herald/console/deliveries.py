@@ -1,6 +1,7 @@
 """The pages that read what Herald delivered: the overview, the deliveries (filtered
-list, one delivery with its attempts, "Retry now"), an event and its deliveries, and
-the rejected outbox rows (operators only).
+list, one delivery with its attempts, "Retry now"), the events (newest first, and the
+lookup by id), an event and its deliveries, and the rejected outbox rows (operators
+only).
 
 Every lookup is within the request's scope: another tenant's id is a 404."""
 
@@ -14,7 +15,13 @@ import orjson
 from aiohttp import web
 
 from herald.console import charts, forms
-from herald.console.filters import RANGES, delivery_filter, query_of
+from herald.console.filters import (
+    RANGES,
+    delivery_filter,
+    event_filter,
+    events_cursor,
+    query_of,
+)
 from herald.console.pages import (
     PAGE_SIZE,
     Pages,
@@ -27,8 +34,8 @@ from herald.console.pages import (
 )
 from herald.errors import HeraldError, NotFound
 from herald.model import DeliveryStatus
+from herald.store.recent import EventSummary
 from herald.timeutil import format_epoch
-from herald.views import delivery_view
 
 REJECTED_PAGE = 50
 REJECTED_DATA_CHARS = 2000
@@ -47,6 +54,13 @@ class DeliveryPages(Pages):
 
     async def overview(self, request: web.Request) -> web.StreamResponse:
         ov = await self.service.overview(tenant_id=self.scope(request).tenant_id)
+        attempts = charts.bar_chart(
+            ov.attempt_hours,
+            now=ov.now,
+            bucket_seconds=3600,
+            buckets=24,
+            label="last 24 hours, per hour",
+        )
         hour = charts.bar_chart(
             ov.last_hour, now=ov.now, bucket_seconds=60, buckets=60, label="last hour, per minute"
         )
@@ -58,7 +72,15 @@ class DeliveryPages(Pages):
             label="last 24 hours, per 15 minutes",
         )
         return render(
-            "overview.html", request, {"ov": ov, "charts": [hour, day], "rate": success_rate}
+            "overview.html",
+            request,
+            {
+                "ov": ov,
+                "attempts_chart": attempts,
+                "charts": [hour, day],
+                "rate": success_rate,
+                "now": ov.now,
+            },
         )
 
     async def list(self, request: web.Request) -> web.StreamResponse:
@@ -73,7 +95,8 @@ class DeliveryPages(Pages):
             except HeraldError as exc:
                 errors[forms.form_field_of(exc.field, "") or "event_type"] = exc.message
                 found = []
-            items = [{**delivery_view(d), "tenant_id": d.tenant_id} for d in found]
+            names = await self.destination_names(flt.tenant_id, [d.destination_id for d in found])
+            items = [self.delivery_item(d, names) for d in found]
         return self.list_page(
             request,
             "deliveries",
@@ -106,7 +129,8 @@ class DeliveryPages(Pages):
                     }
                 )
             )
-        view = {**delivery_view(d, with_attempts=True), "tenant_id": d.tenant_id}
+        names = await self.destination_names(tenant, [d.destination_id])
+        view = self.delivery_item(d, names, with_attempts=True)
         return render(
             "delivery.html",
             request,
@@ -120,25 +144,58 @@ class DeliveryPages(Pages):
         self.audit(request, "delivery_retried", tenant_id=d.tenant_id, delivery_id=d.id)
         return redirect(with_notice(f"{base(request)}/deliveries/{d.id}", "retried"))
 
-    async def event_lookup(self, request: web.Request) -> web.StreamResponse:
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """The events list, newest first; with ``id``, the lookup of one event."""
         event_id = request.query.get("id", "").strip()
-        if not event_id:
-            return render("event_lookup.html", request, {})
         tenant = self.scope(request).tenant_id
-        asked = request.query.get("tenant") if tenant is None else None
-        suffix = f"?{urlencode({'tenant': asked})}" if asked else ""
-        return redirect(f"{base(request)}/events/{path_segment(event_id)}{suffix}")
+        if event_id:
+            asked = request.query.get("tenant") if tenant is None else None
+            suffix = f"?{urlencode({'tenant': asked})}" if asked else ""
+            return redirect(f"{base(request)}/events/{path_segment(event_id)}{suffix}")
+        filters, errors, flt = event_filter(request.query, self.scope(request))
+        found: list[EventSummary] = []
+        more = False
+        if flt is not None:
+            try:
+                found, more = await self.service.recent_events(
+                    flt.tenant_id,
+                    type=flt.type,
+                    since=flt.since,
+                    until=flt.until,
+                    after=flt.after,
+                    limit=PAGE_SIZE,
+                )
+            except HeraldError as exc:
+                errors["type"] = exc.message
+        next_url = None
+        if more and found:
+            kept = {k: v for k, v in filters.items() if v}
+            cursor = events_cursor(found[-1])
+            next_url = f"{base(request)}/events?{urlencode({**kept, 'cursor': cursor})}"
+        return render(
+            "events.html",
+            request,
+            {
+                "filters": filters,
+                "errors": errors,
+                "items": found,
+                "next_url": next_url,
+                "ranges": list(RANGES),
+            },
+            status=400 if errors else 200,
+        )
 
     async def event(self, request: web.Request) -> web.StreamResponse:
         tenant = self.scope(request).tenant(request.query.get("tenant"))
         event, deliveries = await self.service.find_event(tenant, request.match_info["id"])
+        names = await self.destination_names(tenant, [d.destination_id for d in deliveries])
         return render(
             "event.html",
             request,
             {
                 "event": event,
                 "envelope": pretty(event.data),
-                "deliveries": [delivery_view(d) for d in deliveries],
+                "deliveries": [self.delivery_item(d, names) for d in deliveries],
             },
         )
 

@@ -19,7 +19,14 @@ from herald.console.scope import FORM
 from herald.console.session import CSRF_FIELD
 from herald.errors import HeraldError
 from herald.model import DeliveryFilter, Destination, DestinationHealth, DestinationStatus
-from herald.views import delivery_view, destination_view, health_view, rate_text
+from herald.views import (
+    attempt_said,
+    delivery_view,
+    destination_view,
+    health_view,
+    rate_text,
+    verification_attempt_view,
+)
 
 
 class DestinationPages(Pages):
@@ -82,11 +89,18 @@ class DestinationPages(Pages):
         now = time.time()
         health = (await self.service.health([dest], now=now)).get(dest.id)
         hours = await self.service.hourly(dest, now=now)
+        pending = None
+        if dest.status is DestinationStatus.PENDING_VERIFICATION:
+            attempt = verification_attempt_view(await self.service.verification_attempt(dest))
+            pending = (
+                {"at": attempt["started_at"], "said": attempt_said(attempt)} if attempt else {}
+            )
         context: dict[str, Any] = {
             "dest": {**self._view(dest), **self._health(health)},
             "chart": charts.hourly_chart(hours, now=now, label="per hour, last 24 hours"),
             "fields": forms.config_fields(self.registry, dest.type),
             "recent": [delivery_view(d) for d in recent],
+            "pending": pending,
             "errors": {},
             "form": None,
             "test": None,

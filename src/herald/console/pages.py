@@ -4,20 +4,26 @@ with a fixed notice, the filtered list page and the audit line of a change."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp_jinja2
+import jinja2
 import orjson
 from aiohttp import web
+from markupsafe import Markup, escape
 
 from herald.api.ratelimit import Decision
 from herald.audit import audit
 from herald.console.scope import FACE, NONCE, REQUEST_ID, SCOPE, Scope
 from herald.console.session import CSRF_FIELD
+from herald.errors import NotFound
+from herald.model import Delivery
 from herald.service import DestinationService
+from herald.timeutil import format_epoch, parse_timestamp
+from herald.views import delivery_view
 
 PAGE_SIZE = 50
 
@@ -38,6 +44,55 @@ NOTICES = {
 def path_segment(value: str) -> str:
     """A value quoted to stand as one path segment of a link."""
     return quote(value, safe="")
+
+
+NEAR_SECONDS = 86_400
+"""Times within a day of now read relative ("3 min ago", "in 25 s"); others absolute."""
+
+
+def relative(at: float, now: float) -> str:
+    """``at`` as people say it from ``now``: "just now", "25 s ago", "in 3 min", "2 h 5 min
+    ago"; past a day, the absolute UTC time to the minute."""
+    delta = at - now
+    span = abs(delta)
+    if span >= NEAR_SECONDS:
+        return format_epoch(at)[:16].replace("T", " ") + " UTC"
+    if span < 1:
+        return "just now"
+    if span < 60:
+        text = f"{span:.0f} s"
+    elif span < 3600:
+        text = f"{span // 60:.0f} min"
+    else:
+        hours, minutes = divmod(int(span // 60), 60)
+        text = f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def epoch_of(value: float | str | None) -> float | None:
+    """Epoch seconds of a time as the views give it (RFC 3339) or as stored (a float)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return parse_timestamp(value).epoch
+    except ValueError:
+        return None
+
+
+@jinja2.pass_context
+def when(context: jinja2.runtime.Context, value: float | str | None) -> str:
+    """The one time format of every page: a ``<time>`` reading relative to the page's
+    ``now`` (absolute past a day), the exact UTC time in its title (shown on hover);
+    "–" for no time. Text that is not a time is shown as it is."""
+    at = epoch_of(value)
+    if at is None:
+        return Markup("–") if not value else escape(value)
+    exact = format_epoch(at)
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
+        exact, relative(at, float(context.get("now") or time.time()))
+    )
 
 
 def redirect(location: str) -> web.Response:
@@ -96,6 +151,7 @@ def page_context(request: web.Request) -> dict[str, Any]:
         "nonce": request[NONCE],
         "path": request.path,
         "notice": NOTICES.get(request.query.get("notice", "")),
+        "now": time.time(),
     }
 
 
@@ -136,6 +192,34 @@ class Pages:
         """The audit line of a change, the same the CLI and the API write."""
         by = request[SCOPE].by
         audit(action, by=by, tenant_id=tenant_id, request_id=request[REQUEST_ID], **fields)
+
+    async def destination_names(self, tenant_id: str | None, ids: Iterable[str]) -> dict[str, str]:
+        """Destination id -> name, within ``tenant_id`` (every tenant when None); a
+        deleted destination keeps its name, an id not found is left out."""
+        names: dict[str, str] = {}
+        for dest_id in dict.fromkeys(ids):
+            try:
+                names[dest_id] = (await self.service.get(tenant_id, dest_id, deleted=True)).name
+            except NotFound:
+                continue
+        return names
+
+    @staticmethod
+    def delivery_item(
+        d: Delivery, names: Mapping[str, str], *, with_attempts: bool = False
+    ) -> dict[str, Any]:
+        """A delivery as the pages show it: its view, its tenant, its destination's name,
+        and its next attempt (None while it is leased: then it is being attempted; ``due``
+        once its time has come)."""
+        view = delivery_view(d, with_attempts=with_attempts)
+        return {
+            **view,
+            "tenant_id": d.tenant_id,
+            "destination_name": names.get(d.destination_id),
+            "leased": d.leased,
+            "next_attempt": None if d.leased or d.held else view["next_attempt_at"],
+            "due": d.next_attempt_at is not None and d.next_attempt_at <= time.time(),
+        }
 
     @staticmethod
     def list_page(

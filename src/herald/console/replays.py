@@ -10,7 +10,7 @@ it does for the CLI and the API."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -23,7 +23,7 @@ from herald.errors import HeraldError
 from herald.model import DeliveryStatus, Replay
 from herald.replayer import Replayer
 from herald.service import DestinationService
-from herald.views import delivery_view, replay_view
+from herald.views import replay_view
 
 SAMPLE_SIZE = 10
 """The dry run shows this many of the deliveries a replay would re-queue."""
@@ -77,6 +77,7 @@ class ReplayPages(Pages):
         )
         running = set(self.replayer.running)
         items = [progress_view(r, running=r.id in running) for r in found]
+        names = await self._filter_names(scope.tenant_id, found)
         return self.list_page(
             request,
             "replays",
@@ -85,6 +86,7 @@ class ReplayPages(Pages):
             items,
             more,
             form=filters,
+            names=names,
             **self._form_context(),
         )
 
@@ -107,7 +109,10 @@ class ReplayPages(Pages):
                 errors[forms.form_field_of(exc.field, "") or "event_type"] = exc.message
             else:
                 matched = result.matched
-                sample = [{**delivery_view(d), "tenant_id": d.tenant_id} for d in result.sample]
+                names = await self.destination_names(
+                    flt.tenant_id, [d.destination_id for d in result.sample]
+                )
+                sample = [self.delivery_item(d, names) for d in result.sample]
         return render(
             "replay_new.html",
             request,
@@ -142,8 +147,16 @@ class ReplayPages(Pages):
         )
         view = progress_view(replay, running=replay.id in self.replayer.running)
         refresh = view["state"] in ("re-queuing", "delivering")
+        names = await self._filter_names(self.scope(request).tenant_id, [replay])
         return render(
             "replay.html",
             request,
-            {"r": view, "refresh": REFRESH_SECONDS if refresh else None},
+            {"r": view, "refresh": REFRESH_SECONDS if refresh else None, "names": names},
         )
+
+    async def _filter_names(
+        self, tenant_id: str | None, replays: Iterable[Replay]
+    ) -> dict[str, str]:
+        """The names of the destinations the replays' filters name."""
+        ids = [str(r.filter["destination_id"]) for r in replays if r.filter.get("destination_id")]
+        return await self.destination_names(tenant_id, ids)

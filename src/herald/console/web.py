@@ -31,7 +31,7 @@ from herald.config import Settings
 from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
 from herald.console.guard import Door, Guard
-from herald.console.pages import path_segment, redirect
+from herald.console.pages import path_segment, redirect, when
 from herald.console.portal import PortalDoor, portal_face
 from herald.console.replays import ReplayPages
 from herald.console.scope import FACE, Face
@@ -89,11 +89,12 @@ class Console:
             middlewares=[guard.middleware], client_max_size=self.settings.api.max_body_bytes
         )
         app[FACE] = face
+        filters: dict[str, Callable[..., str]] = {"path": path_segment, "when": when}
         aiohttp_jinja2.setup(
             app,
             loader=jinja2.PackageLoader("herald.console", "templates"),
             autoescape=True,
-            filters={"path": path_segment},
+            filters=filters,
         )
         self._routes(app.router, face, door)
         static = Path(str(resources.files("herald.console") / "static"))
@@ -128,7 +129,7 @@ class Console:
         r.add_post("/destinations/{id}/rotate-secret", dest.rotate_secret)
         r.add_get("/destinations/{id}/delete", dest.delete_page)
         r.add_post("/destinations/{id}/delete", dest.delete)
-        r.add_get("/events", dlv.event_lookup)
+        r.add_get("/events", dlv.events)
         # A producer's event id may hold any visible character, '/' included.
         r.add_get("/events/{id:.+}", dlv.event)
         if face.every_tenant:

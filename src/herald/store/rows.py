@@ -203,6 +203,7 @@ def delivery_from_row(row: Sequence[Any]) -> Delivery:
         updated_at=row[12],
         last_attempt=last,
         replay_id=row[21],
+        leased=bool(row[22]) if len(row) > 22 else False,
     )
 
 

@@ -1,13 +1,12 @@
 // Herald console: optional niceties only; every page works without this file.
-// Shows RFC 3339 times in the reader's own time zone (the UTC value stays in the title).
+// A time reads relative to the page ("3 min ago") with its exact UTC time in the title;
+// this adds the reader's own time zone to that title, leaving the text as it is.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
-  for (const el of document.querySelectorAll("time")) {
-    const text = el.textContent.trim();
-    const when = new Date(text);
-    if (!text || Number.isNaN(when.getTime())) continue;
-    el.setAttribute("datetime", text);
-    el.title = text;
-    el.textContent = when.toLocaleString();
+  for (const el of document.querySelectorAll("time[datetime]")) {
+    const exact = el.getAttribute("datetime");
+    const when = new Date(exact);
+    if (Number.isNaN(when.getTime())) continue;
+    el.title = `${when.toLocaleString()} (${exact})`;
   }
 });

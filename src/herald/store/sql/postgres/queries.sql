@@ -293,7 +293,7 @@ WHERE destination_id = $2 AND status = 'pending'
 SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt, d.replay_id
+  a.response_excerpt, d.replay_id, d.lease_owner IS NOT NULL
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE d.id = $1 AND ($2::text IS NULL OR d.tenant_id = $2)
 
@@ -307,7 +307,7 @@ FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
 SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt, d.replay_id
+  a.response_excerpt, d.replay_id, d.lease_owner IS NOT NULL
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE {where} ORDER BY d.id DESC LIMIT {limit}
 
@@ -631,3 +631,40 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
 SELECT MIN(next_attempt_at) FROM herald_deliveries
 WHERE status = 'pending' AND held = 0
   AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
+
+-- failing_now --
+-- Destinations in a failing episode, the longest failing first, $1 one tenant's or NULL
+-- (herald_destinations_failing)
+SELECT id, tenant_id, name, failing_since, consecutive_failures FROM herald_destinations
+WHERE failing_since IS NOT NULL AND deleted_at IS NULL AND ($1::text IS NULL OR tenant_id = $1)
+ORDER BY failing_since LIMIT $2
+
+-- last_failed_attempt --
+-- The last attempt of destination $1's newest delivery that failed it: a walk of
+-- herald_deliveries_destination from the newest, one primary-key probe of
+-- herald_attempts a delivery
+SELECT a.started_at, a.response_status, a.error
+FROM herald_deliveries d JOIN herald_attempts a ON a.id = d.last_attempt_id
+WHERE d.destination_id = $1 AND a.outcome <> 'success'
+ORDER BY d.id DESC LIMIT 1
+
+-- attempt_hours --
+-- Every destination's attempts per hour since hour $1 (herald_destination_hours_hour)
+SELECT hour, SUM(successes), SUM(failures) FROM herald_destination_hours
+WHERE hour >= $1 GROUP BY hour
+
+-- tenant_attempt_hours --
+-- attempt_hours for one tenant ($2): its destinations, then their hours by primary key
+SELECT h.hour, SUM(h.successes), SUM(h.failures)
+FROM herald_destinations t JOIN herald_destination_hours h ON h.destination_id = t.id
+WHERE t.tenant_id = $2 AND h.hour >= $1 GROUP BY h.hour
+
+-- list_events --
+-- Events newest first, walking herald_events_ingested backwards: $1 one tenant's or NULL,
+-- $2 one type or NULL, stored within [$3, $4]; with a cursor ($5 its id, $6 its tenant,
+-- $4 its ingested_at), only those after it in this order; $7 the limit
+SELECT id, tenant_id, type, created_at, ingested_at FROM herald_events
+WHERE ingested_at >= $3 AND ingested_at <= $4 AND ($1::text IS NULL OR tenant_id = $1)
+  AND ($2::text IS NULL OR type = $2)
+  AND ($5::text IS NULL OR ingested_at < $4 OR id < $5 OR (id = $5 AND tenant_id < $6))
+ORDER BY ingested_at DESC, id DESC, tenant_id DESC LIMIT $7
