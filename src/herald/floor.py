@@ -57,6 +57,8 @@ class Claims:
         """The same for a tenant: a claim skips tenants with this load (deliveries
         outstanding, less those parked behind their destination's limit)."""
         self._floor: _Floor | None = None
+        self._rescans = 0
+        """Counts :meth:`rescan` calls: one during a claim voids what that claim learnt."""
         self.read_at = 0.0
         """The ``now`` of the last claim: what was due by then and not taken, it skipped."""
 
@@ -96,6 +98,7 @@ class Claims:
             and time.monotonic() < floor.until
         ):
             floor = None
+        rescans = self._rescans
         due = await self._store.claim_due(
             now=now,
             limit=want,
@@ -105,7 +108,9 @@ class Claims:
             exclude_tenants=tenants,
             due_since=None if floor is None else floor.due_since,
         )
-        if not excluded and not skipped:
+        if (not excluded and not skipped) or rescans != self._rescans:
+            # (Asked for a rescan while the claim ran: its snapshot may predate what
+            # became due, older than anything it took.)
             self._floor = None
         elif due:
             until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
@@ -118,3 +123,4 @@ class Claims:
         """Deliveries that were due earlier may be due now: the next claim reads from
         the oldest again."""
         self._floor = None
+        self._rescans += 1
