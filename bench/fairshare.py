@@ -200,5 +200,5 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.quick:
         result["quick"] = True
-    write_named(NAME, result, quick=args.quick)
+    write_named(f"{NAME}_{args.backend}", result, quick=args.quick)
     return 0

@@ -41,8 +41,8 @@ async def hung_and_healthy(
 ) -> tuple[Tracker, str]:
     """Five destinations of one tenant whose receiver never answers (while the test
     runs), one of another tenant that answers at once; the hung tenant's 50 events
-    (250 deliveries) first in due order, then the healthy one's 20. Returns the hung receiver's tracker
-    and the healthy destination's id."""
+    (250 deliveries) first in due order, then the healthy one's 20. Returns the hung
+    receiver's tracker and the healthy destination's id."""
     tracker = Tracker(gate, 120.0)
     hung_rx = await receivers(tracker)
     healthy_rx = await receivers()
