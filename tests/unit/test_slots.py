@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from herald.config import DeliverySettings
 from herald.model import DeliveryKind, DueDelivery, Event
 from herald.slots import CLAIM_BUDGET_FACTOR, Slots
 
@@ -102,6 +103,18 @@ def test_parked_deliveries_take_no_claim_budget() -> None:
     assert s.parked == 27
 
 
+def test_a_slow_destinations_backlog_does_not_load_its_tenant() -> None:
+    """Claims skip a tenant by its load: its one slow destination's backlog (parked
+    behind that destination's limit) must not stop its other destinations' claims."""
+    started = Started()
+    s = slots(started, per_destination=2, per_tenant=3)
+    for _ in range(50):
+        s.admit(item("a1", "A"))
+    assert s.tenant_load == {"A": 2}
+    s.admit(item("a2", "A"))
+    assert s.tenant_load == {"A": 3}
+
+
 def test_a_delivery_held_already_is_not_admitted_twice() -> None:
     started = Started()
     s = slots(started)
@@ -171,6 +184,13 @@ def test_unqueue_drops_what_waits_and_keeps_what_runs() -> None:
     assert s.outstanding == {}
     assert s.tenant_load == {}
     assert len(started) == 2
+
+
+def test_the_tenant_cap_is_half_the_concurrency_unless_set() -> None:
+    assert DeliverySettings().tenant_cap == 128
+    assert DeliverySettings(max_concurrency=9).tenant_cap == 4
+    assert DeliverySettings(max_concurrency=1).tenant_cap == 1
+    assert DeliverySettings(max_per_tenant=256).tenant_cap == 256
 
 
 # --- properties --------------------------------------------------------------------
