@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from bench import (
     adapters,
     console,
+    fairshare,
     fanout,
     idle,
     isolation,
@@ -47,6 +48,7 @@ BENCHMARKS = [
     ),
     Benchmark(idle.NAME, idle.HELP, idle.add_arguments, idle.run),
     Benchmark(isolation.NAME, isolation.HELP, isolation.add_arguments, isolation.run),
+    Benchmark(fairshare.NAME, fairshare.HELP, fairshare.add_arguments, fairshare.run),
     Benchmark(postgres.NAME, postgres.HELP, postgres.add_arguments, postgres.run),
     Benchmark(adapters.NAME, adapters.HELP, adapters.add_arguments, adapters.run),
     Benchmark(retention.NAME, retention.HELP, retention.add_arguments, retention.run),

@@ -172,6 +172,7 @@ class Daemon:
             comp.policy,
             catalog=comp.catalog,
             on_change=lambda: parts.changed(),
+            max_destinations_per_tenant=s.api.max_destinations_per_tenant,
         )
         # The console's replays run in the background at the API's pace.
         rate = s.delivery.replay_rate_per_second or None

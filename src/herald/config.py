@@ -151,6 +151,7 @@ class ApiSettings(_Section):
     """Open connections from one client address (an IPv6 client's /64) at most."""
     max_headless_connections: int = Field(default=100, ge=1)
     """Open connections that have sent no request head yet; past it the oldest is closed."""
+    max_destinations_per_tenant: int = Field(default=1000, ge=1, le=1_000_000)
 
     @field_validator("listen")
     @classmethod
@@ -221,6 +222,9 @@ class DeliverySettings(_Section):
     adapter_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     max_concurrency: int = Field(default=256, ge=1, le=10_000)
     max_per_destination: int = Field(default=64, ge=1, le=10_000)
+    max_per_tenant: int | None = Field(default=None, ge=1, le=10_000)
+    """Attempts in flight at once for one tenant; unset: half of ``max_concurrency``
+    (see :attr:`tenant_cap`)."""
     worker_processes: int = Field(default_factory=auto_worker_processes, ge=1, le=64)
     claim_batch_size: int = Field(default=512, ge=1, le=10_000)
     lease_seconds: float = Field(default=300.0, gt=0)
@@ -240,6 +244,14 @@ class DeliverySettings(_Section):
         if isinstance(value, str) and value.strip().lower() == "auto":
             return auto_worker_processes()
         return value
+
+    @property
+    def tenant_cap(self) -> int:
+        """``max_per_tenant``, or half of ``max_concurrency`` when it is unset: one
+        tenant's hanging receivers leave the other half to the rest."""
+        if self.max_per_tenant is not None:
+            return self.max_per_tenant
+        return max(1, self.max_concurrency // 2)
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> DeliverySettings:

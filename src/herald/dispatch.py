@@ -1,12 +1,13 @@
 """Delivery scheduling: which claimed or handed-over delivery runs when, within the limits.
 
-Concurrency is bounded globally and per destination, so one slow or dead
-destination holds at most ``max_per_destination`` of the global slots while
-the others keep flowing. The loop never busy-polls: it sleeps until the next due
-time, a wake-up from the relay or a finished attempt, or the idle poll that
-notices changes made by other processes. What a claim asks for lives in
-herald.floor, the attempt in herald.attempt, the writing of outcomes in
-herald.recorder, the relay's hand-over in herald.handover.
+Concurrency is bounded globally, per tenant and per destination, so one slow or dead
+destination holds at most ``max_per_destination`` of the global slots, and one
+tenant's at most ``max_per_tenant``, while the others keep flowing. The loop never
+busy-polls: it sleeps until the next due time, a wake-up from the relay or a finished
+attempt, or the idle poll that notices changes made by other processes. The slot
+arithmetic lives in herald.slots, what a claim asks for in herald.floor, the attempt
+in herald.attempt, the writing of outcomes in herald.recorder, the relay's hand-over
+in herald.handover.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +29,7 @@ from herald.logs import debug_enabled
 from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome, Recorded
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
+from herald.slots import Slots
 from herald.store import Store
 
 log = structlog.get_logger("herald.dispatch")
@@ -38,6 +39,7 @@ log = structlog.get_logger("herald.dispatch")
 class Limits:
     max_concurrency: int = 256
     max_per_destination: int = 64
+    max_per_tenant: int = 128
     claim_batch: int = 512
     lease_seconds: float = 300.0
     idle_poll: float = 1.0
@@ -58,10 +60,10 @@ RENEWAL_RETRY_SECONDS = 0.25
 class Dispatcher:
     """The delivery engine of one Herald process.
 
-    Claimed deliveries start as slots allow: at most ``max_per_destination`` of one
-    destination and ``max_concurrency`` in all run at once; the others wait in
-    queues, first their destination's, then the global one, in claim order. Slots
-    are handed on by the completion callbacks themselves: no task per waiting
+    Claimed deliveries start as slots allow (:class:`herald.slots.Slots`): at most
+    ``max_per_destination`` of one destination, ``max_per_tenant`` of one tenant and
+    ``max_concurrency`` in all run at once; the others wait in queues, in claim order.
+    Slots are handed on by the completion callbacks themselves: no task per waiting
     delivery, and none at all when attempts run in worker processes.
     """
 
@@ -84,9 +86,6 @@ class Dispatcher:
         self._catalog = catalog
         self._policy = policy
         self._limits = limits
-        # The two limits read at every start and end of an attempt, looked up once.
-        self._max_concurrency = limits.max_concurrency
-        self._per_cap = limits.max_per_destination
         self.owner = owner
         self._on_attempt = on_attempt
         # Where attempts run: here, a task each, or in worker processes (herald.workers).
@@ -99,44 +98,43 @@ class Dispatcher:
             owner=owner,
             lease_seconds=limits.lease_seconds,
             max_per_destination=limits.max_per_destination,
+            max_per_tenant=limits.max_per_tenant,
             claim_batch=limits.claim_batch,
         )
-        self._enough = self._claims.enough
-        # Claimed and not yet recorded, per destination and in all (running or waiting).
-        self._outstanding: Counter[str] = Counter()
-        self._total = 0
-        self._parked = 0
-        """Of ``_total``, those beyond their destination's ``max_per_destination``: they
-        wait behind their own destination and take none of the global budget."""
+        self.recorder = Recorder(
+            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=on_recorded
+        )
+        recorder = self.recorder
+        self._slots = Slots(
+            max_concurrency=limits.max_concurrency,
+            max_per_destination=limits.max_per_destination,
+            max_per_tenant=limits.max_per_tenant,
+            destination_enough=self._claims.enough,
+            tenant_enough=self._claims.tenant_enough,
+            begin=self._begin,
+            unwritten=lambda: recorder.unwritten,
+            max_unwritten=UNWRITTEN_FACTOR * limits.max_concurrency,
+        )
         # New deliveries the relay stores leased to us (herald.handover), within our room.
         self.handover = Handover(
             owner,
             lease_seconds=limits.lease_seconds,
-            cap=self._enough,
-            free=self._free,
-            outstanding=self._outstanding,
+            cap=self._claims.enough,
+            tenant_cap=self._claims.tenant_enough,
+            free=self._slots.free,
+            outstanding=self._slots.outstanding,
+            tenant_load=self._slots.tenant_load,
             launch=self._launch,
         )
         self._idle = asyncio.Event()
         self._idle.set()
-        # Running attempts, in all and per destination, and the two waiting queues.
-        self._running = 0
-        self._running_per: dict[str, int] = {}
-        self._held: dict[str, deque[DueDelivery]] = {}
-        """Waiting for a slot of their destination."""
-        self._ready: deque[DueDelivery] = deque()
-        """Holding their destination's slot, waiting for a global one."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._claimed: set[str] = set()
         self._recording: set[str] = set()
         """Attempted, their records waiting for the recorder: still ours. Their leases are
         renewed, and a claim that returns one of them (its lease ran out during a
         database outage) starts nothing: the record being written settles it."""
         self._given_up = False
         """Stopping, the grace period is over: outcomes that still arrive are ignored."""
-        self.recorder = Recorder(
-            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=on_recorded
-        )
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
@@ -145,7 +143,7 @@ class Dispatcher:
 
     @property
     def inflight(self) -> int:
-        return self._total
+        return self._slots.total
 
     @property
     def storage_error(self) -> str | None:
@@ -158,23 +156,12 @@ class Dispatcher:
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
         self._recording.difference_update(r.attempt.delivery_id for r in batch)
-        # Room for records again: start what waited for it (see _can_begin).
-        ready = self._ready
-        while ready and self._can_begin():
-            self._begin(ready.popleft())
+        # Room for records again: start what waited for it (see Slots.can_begin).
+        self._slots.start_ready()
         if any(r.activates_destination for r in batch):
             self.rescan()  # its held deliveries are due, since they were written
         elif any(r.next_attempt_at is not None for r in batch):
             self._wake.set()
-
-    def _can_begin(self) -> bool:
-        """A global slot is free, and fewer than ``UNWRITTEN_FACTOR`` times
-        ``max_concurrency`` finished attempts wait to be written. Sent but unrecorded
-        attempts are what a crash sends again, and what a database outage holds in
-        memory: when the database stalls or goes away, new attempts wait for it instead
-        of that window growing with the stall."""
-        limit = self._max_concurrency
-        return self._running < limit and self.recorder.unwritten < UNWRITTEN_FACTOR * limit
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and attempt until ``stop``; then drain within the grace period."""
@@ -208,12 +195,13 @@ class Dispatcher:
             # that happens while we claim must end the sleep that follows, not be lost.
             self._wake.clear()
             self._slot.clear()
-            free = self._free()
+            free = self._slots.free()
             if free <= 0:
                 await self._sleep(stop, lim.idle_poll, slot=True)
                 continue
             want = min(free, lim.claim_batch)
-            saturated = self._claims.saturated(self._outstanding)
+            saturated = self._claims.saturated(self._slots.outstanding)
+            tenants = self._claims.saturated_tenants(self._slots.tenant_load)
             # Claims are transactional: a failed one leased nothing, so it is retried
             # as it is (a retry only ever asks for less than there is room for). The
             # retry waits out its backoff: wake-ups that keep coming while the database
@@ -224,7 +212,7 @@ class Dispatcher:
                 sleep=functools.partial(self._sleep, stop, slot=False, wake=False),
                 until=stop.is_set,
             )
-            due = await retrying(functools.partial(self._claims.claim, want, saturated))
+            due = await retrying(functools.partial(self._claims.claim, want, saturated, tenants))
             if due is None:
                 continue  # stopping
             self._on_storage("claim", True)
@@ -260,12 +248,6 @@ class Dispatcher:
         self._on_storage("claim", False)
         log.warning("claim_storage_error", error=exc.message, retry_in=delay)
 
-    def _free(self) -> int:
-        """Deliveries this dispatcher can take on now."""
-        # Deliveries parked behind their own destination's limit do not use the
-        # global budget: a slow destination's backlog must not stall the others.
-        return self._max_concurrency * 2 - (self._total - self._parked)
-
     async def _sleep(
         self, stop: asyncio.Event, timeout: float, *, slot: bool, wake: bool = True
     ) -> None:
@@ -288,33 +270,16 @@ class Dispatcher:
     def _launch(self, due: list[DueDelivery]) -> None:
         if due:
             self._idle.clear()
-        per_cap = self._per_cap
+        admit = self._slots.admit
+        recording = self._recording
         for item in due:
-            if item.id in self._claimed or item.id in self._recording:
-                # Claimed again while still ours (its lease ran out while the database
-                # was away): the claim only renewed the lease; one attempt is enough.
-                continue
-            self._claimed.add(item.id)
-            dest = item.destination_id
-            outstanding = self._outstanding[dest] = self._outstanding[dest] + 1
-            if outstanding > per_cap:
-                self._parked += 1
-            self._total += 1
-            n = self._running_per.get(dest, 0)
-            if n >= per_cap:
-                held = self._held.get(dest)
-                if held is None:
-                    held = self._held[dest] = deque()
-                held.append(item)
-                continue
-            self._running_per[dest] = n + 1
-            if self._can_begin():
-                self._begin(item)
-            else:
-                self._ready.append(item)
+            # Claimed again while still ours (its lease ran out while the database was
+            # away): the claim only renewed the lease; one attempt is enough.
+            if item.id not in recording:
+                admit(item)
 
     def _begin(self, item: DueDelivery) -> None:
-        self._running += 1
+        """``item`` has its slots (herald.slots): attempt it, here or in a worker."""
         if self._submit is not None:
             self._submit(item, self._done_cb)
             return
@@ -333,7 +298,7 @@ class Dispatcher:
 
     def _done(self, item: DueDelivery, outcome: AttemptOutcome) -> None:
         """An attempt ended: record it, free its slots, start who waits for them."""
-        if item.id not in self._claimed:
+        if item.id not in self._slots:
             if not self._given_up:  # given up at shutdown: it goes again later
                 log.error("attempt_outcome_unexpected", delivery_id=item.id)
             return
@@ -351,39 +316,12 @@ class Dispatcher:
             self._release(item)
 
     def _release(self, item: DueDelivery) -> None:
-        dest = item.destination_id
-        self._claimed.discard(item.id)
-        left = self._outstanding[dest] - 1
-        if left <= 0:
-            del self._outstanding[dest]
-        else:
-            self._outstanding[dest] = left
-        if left >= self._per_cap:
-            self._parked -= 1
-        self._total -= 1
-        self._running -= 1
-        held = self._held.get(dest)
-        if held:
-            # The destination's slot passes to its next waiting delivery.
-            self._ready.append(held.popleft())
-            if not held:
-                del self._held[dest]
-        else:
-            n = self._running_per[dest] - 1
-            if n:
-                self._running_per[dest] = n
-            else:
-                del self._running_per[dest]
-        ready = self._ready
-        while ready and self._can_begin():
-            self._begin(ready.popleft())
-        if self._total == 0:
-            self._idle.set()
-        # Wake the claim loop only when this completion makes room it can use: its
-        # destination stops being saturated, or the global budget reopens (a parked
-        # delivery's end frees no global room: the parked count fell with the total).
-        if left == self._enough - 1 or self._total - self._parked == self._max_concurrency * 2 - 1:
+        # Wake the claim loop only when this completion makes room it can use (a parked
+        # delivery's end frees no room: it took none).
+        if self._slots.release(item):
             self._slot.set()
+        if self._slots.total == 0:
+            self._idle.set()
 
     async def _renew_leases(self, stop: asyncio.Event) -> None:
         """Keep the leases of claimed deliveries alive while they wait, run or wait to be
@@ -393,7 +331,7 @@ class Dispatcher:
         wait = interval
         while not stop.is_set():
             await asyncio.sleep(wait)
-            ours = self._claimed | self._recording
+            ours = self._slots.ids() | self._recording
             if not ours:
                 continue
             try:
@@ -413,7 +351,7 @@ class Dispatcher:
         """Let the attempts in flight finish within the grace period; then give up the
         rest (their leases are released: they go again, here or elsewhere)."""
         self._unqueue()
-        if self._total == 0:
+        if self._slots.total == 0:
             return
         try:
             async with asyncio.timeout(self._limits.shutdown_grace):
@@ -421,42 +359,24 @@ class Dispatcher:
             return
         except TimeoutError:
             pass
-        given_up = len(self._claimed)
+        given_up = len(self._slots)
         self._given_up = True
-        self._held.clear()
-        self._ready.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
-        self._claimed.clear()  # what a worker process still answers is ignored
+        self._slots.abandon()  # what a worker process still answers is ignored
         log.warning("attempts_cancelled_at_shutdown", count=given_up)
 
     def _unqueue(self) -> None:
         """Stopping: claimed deliveries that wait for a slot are not started now (each
         could take a whole deadline, and a black-holed destination has dozens queued);
         they stay leased to this instance until its leases are released at the end."""
-        queued = list(self._ready)
-        for held in self._held.values():
-            queued.extend(held)
-        self._ready.clear()
-        self._held.clear()
-        per_cap = self._per_cap
-        for item in queued:
-            self._claimed.discard(item.id)
-            dest = item.destination_id
-            self._outstanding[dest] -= 1
-            if self._outstanding[dest] >= per_cap:
-                self._parked -= 1
-            if self._outstanding[dest] <= 0:
-                del self._outstanding[dest]
-            self._total -= 1
-        # What is left outstanding is what runs: it holds the per-destination slots.
-        self._running_per = dict(self._outstanding)
+        queued = self._slots.unqueue()
         if queued:
             log.info("queued_deliveries_not_started_at_shutdown", count=len(queued))
-        if self._total == 0:
+        if self._slots.total == 0:
             self._idle.set()
 
     async def _release_unfinished(self) -> None:

@@ -175,6 +175,10 @@ _RESOLUTION_BY_CODE = {
     "destination_not_active": "Wait for verification or set status to active first.",
     "destination_not_verified": "Wait for the verification ping to succeed, or POST …/verify.",
     "concurrent_update": "Retry the request.",
+    "destination_limit_reached": (
+        "Delete a destination you no longer use, or have the operator raise"
+        " api.max_destinations_per_tenant."
+    ),
     # Events and deliveries.
     "event_not_found": "Check the id; events of other tenants are not visible.",
     "event_exists": "Use a new event id; ids are unique per tenant.",

@@ -1,14 +1,16 @@
 """The claim: what one claim query asks for, what it skips, and where it starts reading.
 
-A claim skips destinations that already have enough outstanding, and starts past the
-due deliveries it learnt are all theirs (the floor) instead of reading through a slow
-destination's backlog every time.
+A claim skips destinations and tenants that already have enough outstanding, and starts
+past the due deliveries it learnt are all theirs (the floor) instead of reading through
+a slow destination's backlog every time. Skipping a saturated tenant is how claims
+rotate across tenants: the claim reads on, in due order, to the other tenants' due
+deliveries, so one tenant's backlog (older than everyone else's) cannot starve them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from herald.model import DueDelivery
@@ -22,10 +24,12 @@ destinations (see :meth:`Claims.claim`) before one scans from the oldest again."
 @dataclass(frozen=True, slots=True)
 class _Floor:
     """What a claim learnt: every due delivery older than ``due_since`` that it did not
-    take is of a destination in ``excluded`` (it reads them in due order)."""
+    take is of a destination in ``excluded`` or a tenant in ``tenants`` (it reads them
+    in due order)."""
 
     due_since: float
     excluded: frozenset[str]
+    tenants: frozenset[str]
     until: float
     """``time.monotonic()`` after which the next claim scans everything again."""
 
@@ -40,6 +44,7 @@ class Claims:
         owner: str,
         lease_seconds: float,
         max_per_destination: int,
+        max_per_tenant: int,
         claim_batch: int,
     ) -> None:
         self._store = store
@@ -48,7 +53,12 @@ class Claims:
         self.enough = max(max_per_destination, claim_batch)
         """A claim skips destinations with this many outstanding: the most a claim or a
         relay batch gives one (more than it can run: its next ones wait in memory)."""
+        self.tenant_enough = max(max_per_tenant, claim_batch)
+        """The same for a tenant: a claim skips tenants with this load (deliveries
+        outstanding, less those parked behind their destination's limit)."""
         self._floor: _Floor | None = None
+        self._rescans = 0
+        """Counts :meth:`rescan` calls: one during a claim voids what that claim learnt."""
         self.read_at = 0.0
         """The ``now`` of the last claim: what was due by then and not taken, it skipped."""
 
@@ -57,8 +67,17 @@ class Claims:
         enough = self.enough
         return [d for d, n in outstanding.items() if n >= enough]
 
-    async def claim(self, want: int, saturated: list[str]) -> list[DueDelivery]:
-        """Claim what is due, skipping ``saturated`` destinations.
+    def saturated_tenants(self, load: Mapping[str, int]) -> list[str]:
+        """The tenants a claim skips, given each tenant's load: its deliveries outstanding
+        and not parked behind their destination's limit (``herald.slots``), so that a
+        slow destination's backlog does not make its tenant's other destinations wait."""
+        enough = self.tenant_enough
+        return [t for t, n in load.items() if n >= enough]
+
+    async def claim(
+        self, want: int, saturated: Sequence[str], tenants: Sequence[str] = ()
+    ) -> list[DueDelivery]:
+        """Claim what is due, skipping ``saturated`` destinations and ``tenants``.
 
         Their due deliveries come first in due order (they wait there while the
         destination is busy), and a claim read past them every time: a slow
@@ -71,24 +90,31 @@ class Claims:
         """
         now = self.read_at = time.time()
         excluded = frozenset(saturated)
+        skipped = frozenset(tenants)
         floor = self._floor
         if floor is not None and not (
-            excluded >= floor.excluded and time.monotonic() < floor.until
+            excluded >= floor.excluded
+            and skipped >= floor.tenants
+            and time.monotonic() < floor.until
         ):
             floor = None
+        rescans = self._rescans
         due = await self._store.claim_due(
             now=now,
             limit=want,
             owner=self._owner,
             lease_until=now + self._lease_seconds,
             exclude_destinations=saturated,
+            exclude_tenants=tenants,
             due_since=None if floor is None else floor.due_since,
         )
-        if not excluded:
+        if (not excluded and not skipped) or rescans != self._rescans:
+            # (Asked for a rescan while the claim ran: its snapshot may predate what
+            # became due, older than anything it took.)
             self._floor = None
         elif due:
             until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
-            self._floor = _Floor(min(d.due_at for d in due), excluded, until)
+            self._floor = _Floor(min(d.due_at for d in due), excluded, skipped, until)
         else:
             self._floor = floor
         return due
@@ -97,3 +123,4 @@ class Claims:
         """Deliveries that were due earlier may be due now: the next claim reads from
         the oldest again."""
         self._floor = None
+        self._rescans += 1

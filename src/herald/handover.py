@@ -23,9 +23,9 @@ class Room:
     """What the dispatcher takes from one relay batch as it is written: deliveries
     stored already leased to it and started at once, without a claim query.
 
-    The budget of a claim: the global free slots, and per destination no more
-    outstanding than one claim can bring it to (``cap``); the rest wait in the
-    table for a claim, by this instance or another."""
+    The budget of a claim: the global free slots, and per destination and per tenant
+    no more outstanding than one claim can bring it to (``cap``, ``tenant_cap``); the
+    rest wait in the table for a claim, by this instance or another."""
 
     owner: str
     lease_until: float
@@ -34,16 +34,27 @@ class Room:
     """A copy of the dispatcher's per-destination counts, counted up as we take."""
     cap: int
     """Also where a claim starts to skip a destination (``herald.floor.Claims.enough``)."""
+    tenant_load: dict[str, int]
+    """A copy of the dispatcher's per-tenant load (``herald.slots.Slots.tenant_load``),
+    counted up by each take (by a little more than the load grows: what a destination
+    cannot run yet does not add to it; the hand-over stops early, never late)."""
+    tenant_cap: int
+    """Where a claim starts to skip a tenant (``herald.floor.Claims.tenant_enough``)."""
 
-    def claimable(self, destination_id: str) -> bool:
+    def claimable(self, destination_id: str, tenant_id: str) -> bool:
         """Whether a claim would take a delivery of this destination left in the table."""
-        return self.outstanding.get(destination_id, 0) < self.cap
+        return (
+            self.outstanding.get(destination_id, 0) < self.cap
+            and self.tenant_load.get(tenant_id, 0) < self.tenant_cap
+        )
 
-    def take(self, destination_id: str) -> bool:
+    def take(self, destination_id: str, tenant_id: str) -> bool:
         n = self.outstanding.get(destination_id, 0)
-        if self.free <= 0 or n >= self.cap:
+        t = self.tenant_load.get(tenant_id, 0)
+        if self.free <= 0 or n >= self.cap or t >= self.tenant_cap:
             return False
         self.outstanding[destination_id] = n + 1
+        self.tenant_load[tenant_id] = t + 1
         self.free -= 1
         return True
 
@@ -56,10 +67,13 @@ class Handover:
     owner: str
     lease_seconds: float
     cap: int
+    tenant_cap: int
     free: Callable[[], int]
     """Deliveries the dispatcher can take on now."""
     outstanding: Mapping[str, int]
     """The dispatcher's live per-destination counts (copied into each room)."""
+    tenant_load: Mapping[str, int]
+    """The dispatcher's live per-tenant load (copied into each room)."""
     launch: Callable[[list[DueDelivery]], None]
     open: bool = False
     """The dispatcher runs and takes work: what is leased to it once it stops is
@@ -72,13 +86,16 @@ class Handover:
         free = self.free()
         if free <= 0:
             return None
-        # A claim takes up to claim_batch for a destination below its own limit.
+        # A claim takes up to claim_batch for a destination (and a tenant) below its
+        # own limit.
         return Room(
             self.owner,
             time.time() + self.lease_seconds,
             free,
             dict(self.outstanding),
             self.cap,
+            dict(self.tenant_load),
+            self.tenant_cap,
         )
 
     def adopt(self, due: list[DueDelivery]) -> bool:
@@ -115,8 +132,8 @@ class Handover:
 
 def wakes_claims(plan: RelayPlan, room: Room | None) -> bool:
     """Whether a claim could take a delivery this batch left in the table. Not when each
-    is held, or for a destination this process's dispatcher has enough of already: a
-    claim would skip them, and waking it for nothing costs a scan past them."""
+    is held, or for a destination (or a tenant) this process's dispatcher has enough of
+    already: a claim would skip them, and waking it for nothing costs a scan past them."""
     if len(plan.deliveries) <= len(plan.leased):
         return False  # each went over leased
     if room is None:
@@ -124,6 +141,6 @@ def wakes_claims(plan: RelayPlan, room: Room | None) -> bool:
     # Planned leased and stored without: its destination was not active at commit, so
     # it is held, and no claim takes it either.
     return any(
-        not d.held and d.lease_owner is None and room.claimable(d.destination_id)
+        not d.held and d.lease_owner is None and room.claimable(d.destination_id, d.tenant_id)
         for d in plan.deliveries
     )

@@ -129,7 +129,11 @@ class Relay:
                 if entry.dest.id == row.about:
                     continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE
-                lease = room if room is not None and not held and room.take(entry.dest.id) else None
+                lease = (
+                    room
+                    if room is not None and not held and room.take(entry.dest.id, event.tenant_id)
+                    else None
+                )
                 plan.deliveries.append(
                     NewDelivery(
                         id=new_id("dlv_"),

@@ -80,8 +80,10 @@ class DestinationService:
         *,
         catalog: Catalog | None = None,
         on_change: Callable[[], None] = lambda: None,
+        max_destinations_per_tenant: int = 1000,
     ) -> None:
         self.store = store
+        self.max_destinations_per_tenant = max_destinations_per_tenant
         self.registry = registry
         self.policy = policy
         self.catalog = catalog or Catalog(store, registry)
@@ -194,9 +196,21 @@ class DestinationService:
             created_at=now,
             updated_at=now,
         )
+        await self._within_destination_limit(tenant_id)
         await self.store.create_destination(dest, verification=self._verification(dest, now))
         self._on_change()
         return dest
+
+    async def _within_destination_limit(self, tenant_id: str) -> None:
+        """422 once the tenant has ``api.max_destinations_per_tenant``: counted before
+        the insert, so creates racing each other may pass it together, by a few."""
+        limit = self.max_destinations_per_tenant
+        if await self.store.tenant_destination_count(tenant_id) >= limit:
+            raise ValidationError(
+                f"this tenant has {limit} event destinations, the most it may have;"
+                " delete one before creating another",
+                code="destination_limit_reached",
+            )
 
     async def get(
         self, tenant_id: str | None, dest_id: str, *, deleted: bool = False

@@ -74,6 +74,7 @@ def delivery_limits(d: DeliverySettings) -> Limits:
     return Limits(
         max_concurrency=d.max_concurrency,
         max_per_destination=d.max_per_destination,
+        max_per_tenant=d.tenant_cap,
         claim_batch=d.claim_batch_size,
         lease_seconds=d.lease_seconds,
         idle_poll=d.idle_poll_seconds,
@@ -100,7 +101,13 @@ async def components(settings: Settings) -> AsyncIterator[Components]:
     registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
     catalog = Catalog(store, registry)
     policy = retry_policy(settings)
-    service = DestinationService(store, registry, policy, catalog=catalog)
+    service = DestinationService(
+        store,
+        registry,
+        policy,
+        catalog=catalog,
+        max_destinations_per_tenant=settings.api.max_destinations_per_tenant,
+    )
     try:
         yield Components(settings, store, registry, catalog, policy, service)
     finally:

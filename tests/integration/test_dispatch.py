@@ -367,6 +367,7 @@ async def test_a_slow_backlog_does_not_stall_other_destinations(
     h = await harness_factory(
         delivery={
             "max_concurrency": 4,
+            "max_per_tenant": 4,
             "max_per_destination": 2,
             "claim_batch_size": 64,
             "shutdown_grace_seconds": 0.2,
@@ -433,7 +434,12 @@ async def test_attempts_run_elsewhere_keep_the_limits(
     harness_factory: HarnessFactory, receivers: ReceiverFactory
 ) -> None:
     h = await harness_factory(
-        delivery={"max_concurrency": 3, "max_per_destination": 2, "claim_batch_size": 64}
+        delivery={
+            "max_concurrency": 3,
+            "max_per_tenant": 3,
+            "max_per_destination": 2,
+            "claim_batch_size": 64,
+        }
     )
     rx = await receivers()
     for i in range(3):
@@ -625,7 +631,12 @@ async def test_new_attempts_wait_while_records_cannot_be_written(
     ``UNWRITTEN_FACTOR`` times as many finished ones wait for the database; nothing
     more goes out until they are written."""
     h = await harness_factory(
-        delivery={"max_concurrency": 4, "max_per_destination": 4, "claim_batch_size": 64}
+        delivery={
+            "max_concurrency": 4,
+            "max_per_tenant": 4,
+            "max_per_destination": 4,
+            "claim_batch_size": 64,
+        }
     )
     rx = await receivers()
     await h.add_webhook(rx.url)
@@ -673,7 +684,12 @@ async def test_a_delivery_claimed_again_while_ours_is_attempted_once(
     and every lease the dispatcher holds, recorded or not, is what it tries to renew."""
     lease = 0.4
     h = await harness_factory(
-        delivery={"lease_seconds": lease, "max_concurrency": 4, "claim_batch_size": 64}
+        delivery={
+            "lease_seconds": lease,
+            "max_concurrency": 4,
+            "max_per_tenant": 4,
+            "claim_batch_size": 64,
+        }
     )
     tracker = Tracker(gate, seconds=3 * lease)
     rx = await receivers(tracker)
@@ -798,7 +814,12 @@ async def test_claims_start_past_a_saturated_destinations_backlog_and_miss_nothi
     past it, the next ones start where it found other work, while the destination
     stays saturated; when it drains, its backlog is claimed again from the oldest."""
     h = await harness_factory(
-        delivery={"max_concurrency": 4, "max_per_destination": 1, "claim_batch_size": 2}
+        delivery={
+            "max_concurrency": 4,
+            "max_per_tenant": 4,
+            "max_per_destination": 1,
+            "claim_batch_size": 2,
+        }
     )
     tracker = Tracker(gate, 1.0)
     slow_rx = await receivers(tracker)
@@ -848,6 +869,7 @@ async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
     h = await harness_factory(
         delivery={
             "max_concurrency": 4,
+            "max_per_tenant": 4,
             "max_per_destination": 1,
             "claim_batch_size": 2,
             "webhook_timeout_seconds": 60.0,  # the slow destination stays saturated

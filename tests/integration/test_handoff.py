@@ -75,14 +75,37 @@ class CountingClaims:
 
 
 def test_room_takes_up_to_the_free_slots_and_the_per_destination_cap() -> None:
-    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2)
-    assert not room.take("busy")  # at the cap already
-    assert [room.take("a"), room.take("a"), room.take("a")] == [True, True, False]  # cap
-    assert room.take("b")
-    assert not room.take("c")  # no free slot left
+    room = Room("me", 100.0, free=3, outstanding={"busy": 2}, cap=2, tenant_load={}, tenant_cap=9)
+    assert not room.take("busy", "t")  # at the cap already
+    assert [room.take("a", "t"), room.take("a", "t"), room.take("a", "t")] == [True, True, False]
+    assert room.take("b", "t")
+    assert not room.take("c", "t")  # no free slot left
     assert room.outstanding == {"busy": 2, "a": 2, "b": 1}
     # A claim skips a destination with ``cap`` outstanding.
-    assert [room.claimable(d) for d in ("busy", "a", "b", "c")] == [False, False, True, True]
+    assert [room.claimable(d, "t") for d in ("busy", "a", "b", "c")] == [False, False, True, True]
+
+
+def test_room_takes_up_to_the_per_tenant_cap() -> None:
+    room = Room(
+        "me",
+        100.0,
+        free=10,
+        outstanding={},
+        cap=9,
+        tenant_load={"busy": 3, "some": 1},
+        tenant_cap=3,
+    )
+    assert not room.take("a", "busy")  # the tenant is at its cap already
+    assert [room.take("b", "some"), room.take("c", "some"), room.take("b", "some")] == [
+        True,
+        True,
+        False,
+    ]
+    assert room.take("d", "other")
+    assert room.tenant_load == {"busy": 3, "some": 3, "other": 1}
+    assert room.free == 7
+    # A claim skips a tenant with ``tenant_cap`` outstanding.
+    assert [room.claimable("x", t) for t in ("busy", "some", "other")] == [False, False, True]
 
 
 async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(

@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.audit",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
-    # parsing, what recorded attempts signal.
+    # parsing, what recorded attempts signal, the dispatcher's slot arithmetic.
     (
         "herald.config",
         "herald.retry",
@@ -45,6 +45,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.ingest",
         "herald.fields",
         "herald.signals",
+        "herald.slots",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),

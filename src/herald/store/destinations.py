@@ -30,6 +30,10 @@ class DestinationStore(StorePart):
         rows = await self.dialect.read("destination_counts", gauges=True)
         return [(str(t), str(s), int(n)) for t, s, n in rows]
 
+    async def tenant_destination_count(self, tenant_id: str) -> int:
+        """How many destinations ``tenant_id`` has that are not deleted."""
+        return int((await self.dialect.read("tenant_destination_count", tenant_id))[0][0])
+
     async def all_destinations(self) -> list[Destination]:
         """Every destination that is not deleted (for the fan-out index)."""
         rows = await self.dialect.read("all_destinations")

@@ -29,6 +29,7 @@ class Claim(NamedTuple):
     lease_until: float
     exclude: Sequence[str]
     due_since: float | None
+    exclude_tenants: Sequence[str] = ()
 
 
 class Dialect(Protocol):

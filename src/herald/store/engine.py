@@ -139,13 +139,17 @@ class EngineStore(StorePart):
         lease_until: float,
         exclude_destinations: Sequence[str] = (),
         due_since: float | None = None,
+        exclude_tenants: Sequence[str] = (),
     ) -> list[DueDelivery]:
-        """Lease up to ``limit`` due deliveries of unheld destinations, oldest first;
-        with ``due_since``, only those due since then (the caller knows that the older
-        ones are all of ``exclude_destinations``)."""
+        """Lease up to ``limit`` due deliveries of unheld destinations, oldest first,
+        none of ``exclude_destinations`` or of ``exclude_tenants``; with ``due_since``,
+        only those due since then (the caller knows that the older ones are all of the
+        excluded)."""
         d = self.dialect
         async with d.tx() as c:
-            want = Claim(now, limit, owner, lease_until, exclude_destinations, due_since)
+            want = Claim(
+                now, limit, owner, lease_until, exclude_destinations, due_since, exclude_tenants
+            )
             claimed = await d.claim(c, want)
             if not claimed:
                 return []

@@ -89,7 +89,7 @@ class PostgresDialect(NamedQueries):
         claim = self._q["claim"]
         self._claims = {
             False: claim.replace("{since}", ""),
-            True: claim.replace("{since}", " AND next_attempt_at >= $6"),
+            True: claim.replace("{since}", " AND next_attempt_at >= $7"),
         }
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
@@ -276,6 +276,7 @@ class PostgresDialect(NamedQueries):
                 want.now,
                 list(want.exclude),
                 want.limit,
+                list(want.exclude_tenants),
                 *since,
             )
         )

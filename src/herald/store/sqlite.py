@@ -363,6 +363,9 @@ class SQLiteDialect(NamedQueries):
         if want.exclude:
             where += f" AND destination_id NOT IN ({','.join('?' * len(want.exclude))})"
             params.extend(want.exclude)
+        if want.exclude_tenants:
+            where += f" AND tenant_id NOT IN ({','.join('?' * len(want.exclude_tenants))})"
+            params.extend(want.exclude_tenants)
         # Selected, then leased: RETURNING would give the new next_attempt_at, and the
         # caller wants when each was due. The write lock keeps the two together.
         sql = self._q["claim_select"].replace("{where}", where)

@@ -108,12 +108,13 @@ ORDER BY seq DESC LIMIT $1
 SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 
 -- claim --
--- The subquery's next_attempt_at is the old one: when each was due. {since}: the
--- due_since bound ($6), when given
+-- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
+-- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
+-- when given
 UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
 FROM (SELECT id, next_attempt_at FROM herald_deliveries
   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
-  AND NOT (destination_id = ANY($4::text[]))
+  AND NOT (destination_id = ANY($4::text[])) AND NOT (tenant_id = ANY($6::text[]))
   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
 WHERE d.id = s.id
 RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
@@ -241,6 +242,10 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
   (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1),
   (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1)
+
+-- tenant_destination_count --
+-- A tenant's destinations that are not deleted (the index on tenant_id)
+SELECT COUNT(*) FROM herald_destinations WHERE tenant_id = $1 AND deleted_at IS NULL
 
 -- destination_counts --
 SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL GROUP BY 1, 2

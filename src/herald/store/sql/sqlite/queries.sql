@@ -85,7 +85,8 @@ ORDER BY seq DESC LIMIT ?1
 SELECT {_outbox_row} FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 
 -- claim_select --
--- Plain ? in order: {where} adds a due_since bound and excluded destinations per call
+-- Plain ? in order: {where} adds a due_since bound, excluded destinations and excluded
+-- tenants per call
 SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
   next_attempt_at
 FROM herald_deliveries WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?{where}
@@ -199,6 +200,10 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
   (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > ?1),
   (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1)
+
+-- tenant_destination_count --
+-- A tenant's destinations that are not deleted (the index on tenant_id)
+SELECT COUNT(*) FROM herald_destinations WHERE tenant_id = ?1 AND deleted_at IS NULL
 
 -- destination_counts --
 SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL GROUP BY 1, 2
