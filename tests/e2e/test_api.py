@@ -869,6 +869,18 @@ async def test_422_for_invalid_values(api: Api) -> None:
         ],
         # replay and rotate
         ("POST", f"{path}/replay", {"json": {"since": "x"}}, "timestamp_invalid", "since"),
+        # A duration past the calendar (was a 500: OverflowError writing it back).
+        *[
+            ("POST", f"{path}/replay", {"json": {w: "9" * 400 + "h"}}, "timestamp_invalid", w)
+            for w in ("since", "until")
+        ],
+        (
+            "GET",
+            f"{path}/event-deliveries",
+            {"params": {"since": "9" * 30 + "d"}},
+            "timestamp_invalid",
+            "since",
+        ),
         ("POST", f"{path}/replay", {"json": {"status": "lost"}}, "invalid_value", "status"),
         ("POST", f"{path}/rotate-secret", {"json": {"secret": "abc"}}, "secret_invalid", "secret"),
     ]
