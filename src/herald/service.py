@@ -546,11 +546,12 @@ class DestinationService:
             return await self.get_event(tenant_id, event_id), []
         if event is None:
             raise NotFound(f"no event {event_id}", code="event_not_found")
-        # By event id alone, which its index answers (with the tenant too, SQLite would
-        # walk the tenant's deliveries); another tenant's event of the same id is few rows.
-        flt = DeliveryFilter(event_id=event.id)
-        found, _ = await self.list_deliveries(flt, limit=EVENT_DELIVERIES_MAX)
-        return event, [d for d in found if d.tenant_id == event.tenant_id]
+        # By (tenant, event id): another tenant that used the same id must not crowd
+        # this event's deliveries out of the page.
+        found = await self.store.event_deliveries(
+            event.tenant_id, event.id, limit=EVENT_DELIVERIES_MAX
+        )
+        return event, found
 
     async def rejected_rows(self, *, limit: int = 100) -> list[dict[str, object]]:
         """The newest rows the relay could not turn into events, with their reasons."""

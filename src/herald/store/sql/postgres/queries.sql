@@ -302,14 +302,27 @@ SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_statu
   response_excerpt
 FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
 
--- list_deliveries --
--- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
-SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
+-- _delivery_listing --
+-- A delivery with its last attempt, as every listing of deliveries reads it
+d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
   a.response_excerpt, d.replay_id
+
+-- list_deliveries --
+-- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
+SELECT {_delivery_listing}
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE {where} ORDER BY d.id DESC LIMIT {limit}
+
+-- event_deliveries --
+-- One event's deliveries, newest first: $1 tenant, $2 event id, $3 limit. Found by the
+-- event id's index (a few rows, of every tenant that used the id), then its tenant's
+-- kept: a limit applied before the tenant would let another tenant's reuse of the id
+-- crowd this tenant's deliveries out.
+SELECT {_delivery_listing}
+FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
+WHERE d.event_id = $2 AND d.tenant_id = $1 ORDER BY d.id DESC LIMIT $3
 
 -- count_deliveries --
 SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
