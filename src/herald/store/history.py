@@ -133,7 +133,7 @@ class HistoryStore(StorePart):
         if not rows:
             return None
         try:
-            return parse_row(OutboxRow(*rows[0]), max_payload_bytes=1 << 62)
+            return parse_row(OutboxRow(*rows[0]), max_payload_bytes=1 << 62, marks=self._box)
         except Reject:
             return None
 
