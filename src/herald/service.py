@@ -20,6 +20,7 @@ import structlog
 
 from herald.adapters.base import MASK
 from herald.adapters.registry import Registry
+from herald.apikeys import KeyCache
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
@@ -58,6 +59,7 @@ from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
 from herald.store import Store
+from herald.store.base import ApiKeyInfo
 from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
@@ -86,6 +88,8 @@ class DestinationService:
         self._on_change = on_change
         self.replays = Replays(store, on_change=on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""
+        self.keys: KeyCache[ApiKeyInfo] = KeyCache(store.api_key)
+        """Keys by their digest, as the API and the console look them up (one cache)."""
 
     # --- destinations -------------------------------------------------------
     def _type_object(

@@ -11,13 +11,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from herald.apikeys import KEY_CACHE_SECONDS
 from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
@@ -166,6 +167,46 @@ def test_a_control_character_in_the_portals_path_is_refused_before_the_token_is_
     # (No refused token here: this module's address has three refusals a window.)
     status, location = _get(herald, f"/portal/deliveries%3Fx=1?token={token}&status=failure")
     assert (status, location) == (303, "/portal/deliveries%3Fx=1?status=failure")
+
+
+def refused_within_the_bound(since: float, refused: Callable[[], bool]) -> None:
+    """Ask until ``refused()``; every ask begun ``KEY_CACHE_SECONDS`` or more after
+    ``since`` (the revocation's commit, or later) must be refused."""
+    while True:
+        began = time.monotonic()
+        if refused():
+            return
+        assert began - since < KEY_CACHE_SECONDS, "a revoked key let in past the bound"
+
+
+def test_a_revoked_key_is_refused_by_the_api_and_the_console_within_a_second(
+    tmp_path: Path,
+) -> None:
+    """One key lookup (``herald.apikeys.KeyCache``) for both faces: a key revoked by
+    another process (the CLI) opens nothing once its bound has passed; a console
+    session ends with its operator key at once."""
+    h = Herald(tmp_path, {"api": {"rate_limit_requests": 100_000}})
+    h.start()
+    try:
+        tenant_key = h.api_key("acme")
+        operator_key = h.cli("keys", "create", "--operator").stdout.strip()
+        session = Client(h)
+        assert session.sign_in(operator_key) == 303
+        assert session.request("/console/")[0] == 200
+        # Both keys looked up (and remembered) just before they are revoked.
+        assert h.get("/v2/event-destinations", key=tenant_key)[0] == 200
+        assert Client(h).sign_in(operator_key) == 303
+
+        h.cli("keys", "revoke", "--tenant", "acme", tenant_key)
+        refused_within_the_bound(
+            time.monotonic(), lambda: h.get("/v2/event-destinations", key=tenant_key)[0] == 401
+        )
+        h.cli("keys", "revoke", "--operator", operator_key)
+        revoked = time.monotonic()
+        assert session.request("/console/")[0] == 303  # its session: over, to the sign-in
+        refused_within_the_bound(revoked, lambda: Client(h).sign_in(operator_key) == 401)
+    finally:
+        h.stop()
 
 
 def test_the_console_can_be_switched_off(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 import herald.service as service_module
-from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
+from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, TENANT_KIND, hash_api_key, new_api_key
 from herald.console.session import Sessions
 from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Destination, Outcome
@@ -34,9 +34,12 @@ async def test_an_operator_key_opens_no_tenant_and_a_tenant_key_no_console(
         kind=OPERATOR_KIND,
     )
     await store.create_api_key(key_hash=hash_api_key(tenant), tenant_id="acme", hint="t", now=2.0)
-    assert await store.tenant_for_key(hash_api_key(op)) is None
-    assert await store.operator_key_hint(hash_api_key(op)) == op[-4:]
-    assert await store.operator_key_hint(hash_api_key(tenant)) is None
+    found = await store.api_key(hash_api_key(op))
+    assert found is not None
+    assert (found.kind, found.tenant_id, found.hint) == (OPERATOR_KIND, OPERATOR_TENANT, op[-4:])
+    found = await store.api_key(hash_api_key(tenant))
+    assert found is not None
+    assert (found.kind, found.tenant_id) == (TENANT_KIND, "acme")
     assert [k.kind for k in await store.list_api_keys(OPERATOR_TENANT, kind=OPERATOR_KIND)] == [
         OPERATOR_KIND
     ]
@@ -49,7 +52,7 @@ async def test_an_operator_key_opens_no_tenant_and_a_tenant_key_no_console(
         )
         == 1
     )
-    assert await store.operator_key_hint(hash_api_key(op)) is None
+    assert await store.api_key(hash_api_key(op)) is None
 
 
 async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
@@ -58,7 +61,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
     await store.create_api_key(
         key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
     )
-    sessions = Sessions(store, harness.settings.console)
+    sessions = Sessions(store, harness.settings.console, keys=harness.service.keys)
     assert await sessions.sign_in("sk_live_not-an-operator-key") is None
     assert await sessions.sign_in("") is None
     signed = await sessions.sign_in(op)

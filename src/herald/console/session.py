@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from herald.apikeys import hash_api_key, key_id
+from herald.apikeys import OPERATOR_KIND, TENANT_KIND, KeyCache, hash_api_key, key_id
 from herald.config import ConsoleSettings
 from herald.store import Store
+from herald.store.base import ApiKeyInfo
 
 SESSION_COOKIE = "herald_console"
 LOGIN_CSRF_COOKIE = "herald_console_login"
@@ -112,8 +113,12 @@ def _partitioned(
 class Sessions:
     """Operator sessions, stored by the hash of their id."""
 
-    def __init__(self, store: Store, settings: ConsoleSettings) -> None:
+    def __init__(
+        self, store: Store, settings: ConsoleSettings, *, keys: KeyCache[ApiKeyInfo]
+    ) -> None:
         self.store = store
+        self.keys = keys
+        """The process's one key lookup, the API's too (``herald.apikeys.KeyCache``)."""
         self.idle = settings.session_idle_minutes * 60
         self.lifetime = settings.session_max_hours * 3600
 
@@ -124,7 +129,8 @@ class Sessions:
         if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
             return None
         key_hash = hash_api_key(key)
-        if await self.store.operator_key_hint(key_hash) is None:
+        found = await self.keys.get(key_hash)
+        if found is None or found.kind != OPERATOR_KIND:
             return None
         session_id = secrets.token_urlsafe(32)
         now = time.time()
@@ -142,7 +148,8 @@ class Sessions:
         key = key.strip()
         if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
             return False
-        return await self.store.tenant_for_key(hash_api_key(key)) is not None
+        found = await self.keys.get(hash_api_key(key))
+        return found is not None and found.kind == TENANT_KIND
 
     async def resolve(self, session_id: str | None) -> Operator | None:
         """The operator of a live session; None for no, an expired or a revoked one."""

@@ -350,9 +350,10 @@ DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_r
 INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at, kind)
 VALUES (?1, ?2, ?3, ?4, ?5)
 
--- tenant_for_key --
--- Only tenant keys: an operator key opens the console, not the API
-SELECT tenant_id FROM herald_api_keys WHERE hash = ?1 AND revoked_at IS NULL AND kind = 'tenant'
+-- api_key --
+-- An unrevoked key by its hash, of either kind (herald.apikeys.KeyCache: every face's lookup)
+SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
+WHERE hash = ?1 AND revoked_at IS NULL
 
 -- list_api_keys --
 SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
@@ -505,9 +506,6 @@ ON CONFLICT (key) DO UPDATE SET value = value + excluded.value
 
 -- replay_counts --
 SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
-
--- operator_key --
-SELECT hint FROM herald_api_keys WHERE hash = ?1 AND kind = 'operator' AND revoked_at IS NULL
 
 -- console_session_create --
 INSERT INTO herald_console_sessions (id_hash, key_hash, created_at, last_seen)
