@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 API_KEY_PREFIX = "sk_live_"
 OPERATOR_KEY_PREFIX = "sk_op_"
@@ -36,3 +39,48 @@ def hash_api_key(key: str) -> str:
 def key_id(key_hash: str) -> str:
     """The name a key goes by in lists, logs and audit lines."""
     return key_hash[:KEY_ID_LENGTH]
+
+
+KEY_CACHE_SECONDS = 1.0
+"""How long a process trusts what it last read of a key: a key revoked (by any
+process) is refused by every face of every instance at most this long after."""
+
+T = TypeVar("T")
+
+
+class KeyCache(Generic[T]):
+    """Every face's lookup of a key by its digest (the API's bearer keys, the console's
+    sign-in), one object per process: what ``lookup`` says of a digest, the unrevoked
+    key or None, is reused for at most ``max_age`` seconds.
+
+    The age counts from before the read: a read that began before a revocation
+    committed is trusted until ``max_age`` after it began, so ``max_age`` bounds the
+    time a revoked key still opens anything, even across processes."""
+
+    def __init__(
+        self,
+        lookup: Callable[[str], Awaitable[T | None]],
+        *,
+        max_age: float = KEY_CACHE_SECONDS,
+        size: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lookup = lookup
+        self.max_age = max_age
+        self._size = size
+        self._clock = clock
+        self._seen: dict[str, tuple[T | None, float]] = {}
+
+    async def get(self, key_hash: str) -> T | None:
+        """The unrevoked key of ``key_hash`` (as ``lookup`` gives it), or None."""
+        began = self._clock()
+        seen = self._seen.get(key_hash)
+        if seen is not None and began - seen[1] < self.max_age:
+            return seen[0]
+        found = await self._lookup(key_hash)
+        if len(self._seen) >= self._size:
+            # Guessed keys are remembered too (as None): a flood of them empties the
+            # cache, which only costs reads, rather than growing it.
+            self._seen.clear()
+        self._seen[key_hash] = (found, began)
+        return found

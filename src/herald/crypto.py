@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hmac
 import os
 import pathlib
 import re
@@ -33,6 +34,14 @@ _URLSAFE = re.compile(r"[A-Za-z0-9_-]+", re.ASCII)
 _ANY_BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}", re.ASCII)
 
 
+_MAC_CONTEXT = b"herald mac v1"
+
+
+def _mac(key: bytes, message: bytes) -> str:
+    digest = hmac.digest(key, message, "sha256")
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
 def _b64_pad(text: str) -> str:
     return text + "=" * (-len(text) % 4)
 
@@ -44,7 +53,7 @@ class SecretBox:
     the current key has changed, until they are re-encrypted.
     """
 
-    __slots__ = ("_aead", "_previous")
+    __slots__ = ("_aead", "_macs", "_previous")
 
     def __init__(self, key: bytes, previous: Sequence[bytes] = ()) -> None:
         for k in (key, *previous):
@@ -52,6 +61,20 @@ class SecretBox:
                 raise ValueError(f"encryption key must be {_KEY_BYTES} bytes, got {len(k)}")
         self._aead = AESGCM(key)
         self._previous = tuple(AESGCM(k) for k in previous if k != key)
+        # The MAC keys are derived, never the AES keys themselves: one key, two uses kept apart.
+        self._macs = tuple(
+            hmac.digest(k, _MAC_CONTEXT, "sha256") for k in dict.fromkeys((key, *previous))
+        )
+
+    def mac(self, message: bytes) -> str:
+        """An HMAC-SHA256 tag of ``message`` under the current key (base64url, unpadded):
+        only a holder of the key can make one, and :meth:`mac_matches` checks it."""
+        return _mac(self._macs[0], message)
+
+    def mac_matches(self, message: bytes, tag: str) -> bool:
+        """Whether ``tag`` is :meth:`mac`'s of ``message`` under this box's current key
+        or a previous one (a tag made before a key rotation still matches)."""
+        return any(hmac.compare_digest(_mac(k, message), tag) for k in self._macs)
 
     def encrypt(self, plaintext: bytes, *, aad: bytes) -> str:
         """Encrypt to a ``v1.`` token; ``aad`` must be given again to decrypt."""

@@ -8,6 +8,7 @@ import cycle.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 import orjson
 
@@ -98,6 +99,49 @@ def valid_traceparent(raw: bytes | str | None) -> str | None:
     return raw if traceparent_problem(raw) is None else None
 
 
+class Marks(Protocol):
+    """The key that marks Herald's own outbox rows (``herald.crypto.SecretBox``)."""
+
+    def mac(self, message: bytes) -> str: ...
+
+    def mac_matches(self, message: bytes, tag: str) -> bool: ...
+
+
+def _mark_message(event_id: str, tenant_id: str, type_: str, data: object, about: str) -> bytes:
+    """What the mark on one of Herald's own outbox rows binds: the row's event (its data
+    as values, keys sorted: PostgreSQL's jsonb gives back other bytes than were written)
+    and the destination it is about, each field length-prefixed."""
+    fields = [f.encode() for f in (event_id, tenant_id, type_, about)]
+    fields.append(orjson.dumps(data, option=orjson.OPT_SORT_KEYS))
+    return b"".join(len(f).to_bytes(8, "big") + f for f in fields)
+
+
+def about_column(
+    marks: Marks, *, event_id: str, tenant_id: str, type_: str, data: str, destination_id: str
+) -> str:
+    """The ``about_destination`` of an operational event Herald writes into its outbox:
+    the destination, a space, and the mark only Herald's key makes (so that a producer,
+    who can write any column of the table, cannot pass a row off as Herald's own)."""
+    message = _mark_message(event_id, tenant_id, type_, orjson.loads(data), destination_id)
+    return f"{destination_id} {marks.mac(message)}"
+
+
+def about_destination(about: str | None) -> str | None:
+    """The destination an ``about_destination`` value names (its mark aside)."""
+    return None if about is None else about.partition(" ")[0]
+
+
+def _marked(marks: Marks | None, about: str, event: tuple[str, str, str], data: object) -> bool:
+    destination_id, _, tag = about.partition(" ")
+    if marks is None or not destination_id or not tag:
+        return False
+    try:
+        message = _mark_message(*event, data, destination_id)
+    except (orjson.JSONEncodeError, UnicodeEncodeError):
+        return False  # data no mark was ever made of (Herald writes plain JSON objects)
+    return marks.mac_matches(message, tag)
+
+
 class Reject(Exception):
     """Why one outbox row cannot become an event (``code: detail``)."""
 
@@ -118,8 +162,12 @@ def _text(raw: bytes | None, name: str) -> str:
     return text
 
 
-def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
-    """Validate one raw outbox row into an event, or raise :class:`Reject`."""
+def parse_row(row: OutboxRow, *, max_payload_bytes: int, marks: Marks | None = None) -> Event:
+    """Validate one raw outbox row into an event, or raise :class:`Reject`.
+
+    ``marks``: the key of Herald's own rows (Herald's outbox); a row that sets
+    ``about_destination`` without its mark is refused, and with ``marks`` None (an
+    outbox Herald never writes into) every row that sets it is."""
     event_id = _text(row.id, "id")
     if (problem := event_id_problem(event_id)) is not None:
         raise Reject("invalid_id", problem)
@@ -148,6 +196,12 @@ def parse_row(row: OutboxRow, *, max_payload_bytes: int) -> Event:
         raise Reject("invalid_json", f"data is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise Reject("invalid_data", f"data must be a JSON object, not {type(data).__name__}")
+    if row.about is not None and not _marked(marks, row.about, (event_id, tenant, type_), data):
+        raise Reject(
+            "about_destination_refused",
+            "about_destination is Herald's own column, set on the operational events it"
+            " writes with a mark of its key; producers leave it NULL",
+        )
     # The producer's own bytes go out, not a re-serialisation: a parser round
     # trip would turn integers beyond 64 bits into floats and change the payload.
     payload = row.data.strip()

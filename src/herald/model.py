@@ -328,7 +328,6 @@ class DeliveryFilter:
     kind: DeliveryKind | None = None
     replay_id: str | None = None
     """Only the deliveries this replay re-queued (and no later replay took over)."""
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

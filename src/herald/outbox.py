@@ -26,7 +26,13 @@ from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.handover import Handover, Room, wakes_claims
 from herald.ids import new_id
-from herald.ingest import Reject, parse_row, reserved_type_problem, traceparent_problem
+from herald.ingest import (
+    Reject,
+    about_destination,
+    parse_row,
+    reserved_type_problem,
+    traceparent_problem,
+)
 from herald.match import validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
@@ -105,7 +111,7 @@ class Relay:
         ts = now()
         for row in rows:
             try:
-                event = parse_row(row, max_payload_bytes=self._max_payload)
+                event = parse_row(row, max_payload_bytes=self._max_payload, marks=self._store.marks)
                 if (event.tenant_id, event.id) in seen:
                     raise Reject("duplicate_id", f"event {event.id} was already ingested")
             except Reject as rej:
@@ -123,10 +129,11 @@ class Relay:
                 continue
             seen.add((event.tenant_id, event.id))
             plan.events.append(event)
+            about = about_destination(row.about)
             if row.traceparent and event.traceparent is None:  # (empty: none given)
                 plan.untraced.append((row.seq, event.id, row.traceparent))
             for entry in self._catalog.subscribers(event.tenant_id, event.type):
-                if entry.dest.id == row.about:
+                if entry.dest.id == about:
                     continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE
                 lease = (

@@ -20,6 +20,7 @@ import structlog
 
 from herald.adapters.base import MASK, DestinationConfig
 from herald.adapters.registry import Registry
+from herald.apikeys import KeyCache
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
@@ -59,6 +60,7 @@ from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
 from herald.store import Store
+from herald.store.base import ApiKeyInfo
 from herald.store.recent import EventsPage, EventSummary
 from herald.timeutil import format_epoch, parse_timestamp
 
@@ -90,6 +92,8 @@ class DestinationService:
         self._on_change = on_change
         self.replays = Replays(store, on_change=on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""
+        self.keys: KeyCache[ApiKeyInfo] = KeyCache(store.api_key)
+        """Keys by their digest, as the API and the console look them up (one cache)."""
 
     # --- destinations -------------------------------------------------------
     def _type_object(
@@ -609,11 +613,12 @@ class DestinationService:
             return await self.get_event(tenant_id, event_id), []
         if event is None:
             raise NotFound(f"no event {event_id}", code="event_not_found")
-        # By event id alone, which its index answers (with the tenant too, SQLite would
-        # walk the tenant's deliveries); another tenant's event of the same id is few rows.
-        flt = DeliveryFilter(event_id=event.id)
-        found, _ = await self.list_deliveries(flt, limit=EVENT_DELIVERIES_MAX)
-        return event, [d for d in found if d.tenant_id == event.tenant_id]
+        # By (tenant, event id): another tenant that used the same id must not crowd
+        # this event's deliveries out of the page.
+        found = await self.store.event_deliveries(
+            event.tenant_id, event.id, limit=EVENT_DELIVERIES_MAX
+        )
+        return event, found
 
     async def rejected_rows(self, *, limit: int = 100) -> list[dict[str, object]]:
         """The newest rows the relay could not turn into events, with their reasons."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from herald.ingest import Marks, about_column
 from herald.model import (
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
@@ -212,13 +213,16 @@ def verification_failed(r: AttemptRecord, dest_type: str) -> Signal:
     )
 
 
-def outbox_row(signal: Signal, now: float) -> tuple[str, str, str, str, str, str]:
-    """The outbox row of ``signal``: id, tenant, type, data, created_at, about."""
-    return (
-        signal.event_id,
-        signal.tenant_id,
-        signal.type,
-        orjson.dumps(signal.data).decode(),
-        format_epoch(now),
-        signal.destination_id,
+def outbox_row(signal: Signal, now: float, marks: Marks) -> tuple[str, str, str, str, str, str]:
+    """The outbox row of ``signal``: id, tenant, type, data, created_at, and
+    ``about_destination`` marked with Herald's key (:func:`herald.ingest.about_column`)."""
+    data = orjson.dumps(signal.data).decode()
+    about = about_column(
+        marks,
+        event_id=signal.event_id,
+        tenant_id=signal.tenant_id,
+        type_=signal.type,
+        data=data,
+        destination_id=signal.destination_id,
     )
+    return (signal.event_id, signal.tenant_id, signal.type, data, format_epoch(now), about)

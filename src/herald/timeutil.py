@@ -149,7 +149,12 @@ def parse_when(value: str, *, now: float | None = None) -> float:
     """A time as the CLI and the API take it, as epoch seconds: an RFC 3339 timestamp,
     or a duration ago such as ``90s``, ``15m``, ``2h``, ``7d``. Raises ValueError."""
     if m := _DURATION.fullmatch(value):
-        return (time.time() if now is None else now) - float(m[1]) * _UNITS[m[2]]
+        when = (time.time() if now is None else now) - float(m[1]) * _UNITS[m[2]]
+        # A duration of any length parses (float("9" * 400) is inf): bounded here, so
+        # that what it gives can be written back as a timestamp (format_epoch).
+        if not _MIN_WHOLE <= when <= _MAX_WHOLE:
+            raise ValueError(f"{_shown(value)} reaches back before the year 0001")
+        return when
     try:
         return parse_timestamp(value).epoch
     except ValueError as exc:

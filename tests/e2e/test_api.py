@@ -554,7 +554,7 @@ async def test_a_revoked_key_is_refused_and_the_others_keep_working(
 ) -> None:
     """`herald keys list` names each key by an id and its last characters (never the key);
     `herald keys revoke` takes that id or the key itself, and the API refuses the key
-    within the daemon's 5 s key cache."""
+    within the key lookup's bound (herald.apikeys.KEY_CACHE_SECONDS)."""
     h = herald_factory()
     first = await create_key(h, "acme")
     second = await create_key(h, "acme")
@@ -869,6 +869,18 @@ async def test_422_for_invalid_values(api: Api) -> None:
         ],
         # replay and rotate
         ("POST", f"{path}/replay", {"json": {"since": "x"}}, "timestamp_invalid", "since"),
+        # A duration past the calendar (was a 500: OverflowError writing it back).
+        *[
+            ("POST", f"{path}/replay", {"json": {w: "9" * 400 + "h"}}, "timestamp_invalid", w)
+            for w in ("since", "until")
+        ],
+        (
+            "GET",
+            f"{path}/event-deliveries",
+            {"params": {"since": "9" * 30 + "d"}},
+            "timestamp_invalid",
+            "since",
+        ),
         ("POST", f"{path}/replay", {"json": {"status": "lost"}}, "invalid_value", "status"),
         ("POST", f"{path}/rotate-secret", {"json": {"secret": "abc"}}, "secret_invalid", "secret"),
     ]

@@ -164,3 +164,16 @@ async def wait_rejected(h: Herald, count: int) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("rows were not rejected")
+
+
+def test_a_duration_past_the_calendar_is_a_usage_error(tmp_path: Path) -> None:
+    """``--since 999…9h`` was an ``OverflowError`` (a crash) once written back; now the
+    CLI says why and exits 2, as for any bad time."""
+    h = Herald(tmp_path)  # its config and database; no daemon needed
+    for args in (
+        ("deliveries", "list", "--since", "9" * 400 + "h"),
+        ("replay", "--dry-run", "--until", "9" * 30 + "d"),
+    ):
+        done = h.cli(*args, check=False)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "reaches back before the year 0001" in done.stderr, done.stderr

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
+import herald.service as service_module
+from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, TENANT_KIND, hash_api_key, new_api_key
 from herald.console.session import Sessions
 from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Destination, Outcome
@@ -33,9 +34,12 @@ async def test_an_operator_key_opens_no_tenant_and_a_tenant_key_no_console(
         kind=OPERATOR_KIND,
     )
     await store.create_api_key(key_hash=hash_api_key(tenant), tenant_id="acme", hint="t", now=2.0)
-    assert await store.tenant_for_key(hash_api_key(op)) is None
-    assert await store.operator_key_hint(hash_api_key(op)) == op[-4:]
-    assert await store.operator_key_hint(hash_api_key(tenant)) is None
+    found = await store.api_key(hash_api_key(op))
+    assert found is not None
+    assert (found.kind, found.tenant_id, found.hint) == (OPERATOR_KIND, OPERATOR_TENANT, op[-4:])
+    found = await store.api_key(hash_api_key(tenant))
+    assert found is not None
+    assert (found.kind, found.tenant_id) == (TENANT_KIND, "acme")
     assert [k.kind for k in await store.list_api_keys(OPERATOR_TENANT, kind=OPERATOR_KIND)] == [
         OPERATOR_KIND
     ]
@@ -48,7 +52,7 @@ async def test_an_operator_key_opens_no_tenant_and_a_tenant_key_no_console(
         )
         == 1
     )
-    assert await store.operator_key_hint(hash_api_key(op)) is None
+    assert await store.api_key(hash_api_key(op)) is None
 
 
 async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
@@ -57,7 +61,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
     await store.create_api_key(
         key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
     )
-    sessions = Sessions(store, harness.settings.console)
+    sessions = Sessions(store, harness.settings.console, keys=harness.service.keys)
     assert await sessions.sign_in("sk_live_not-an-operator-key") is None
     assert await sessions.sign_in("") is None
     signed = await sessions.sign_in(op)
@@ -102,7 +106,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
 async def test_a_refused_sign_in_says_what_an_operator_can_act_on(harness: Harness) -> None:
     """Issue 31: one generic message for every refused key told an operator nothing."""
     store = harness.store
-    sessions = Sessions(store, harness.settings.console)
+    sessions = Sessions(store, harness.settings.console, keys=harness.service.keys)
     op, other, tenant = new_api_key(operator=True), new_api_key(operator=True), new_api_key()
     await store.create_api_key(
         key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
@@ -186,6 +190,59 @@ async def test_the_operator_sees_every_tenants_destinations_and_events(harness: 
     overview = await service.overview()
     assert overview.due + overview.scheduled_retry + overview.held == 1
     assert overview.rejected == 0
+
+
+async def test_another_tenants_reuse_of_an_event_id_hides_none_of_its_deliveries(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Event ids are unique per tenant: tenant ``other`` may publish ``evt_same`` too,
+    with more (newer) deliveries than the event page lists. Each tenant's page (the
+    console's ``?tenant=``, the portal's scope) lists that tenant's deliveries."""
+    monkeypatch.setattr(service_module, "EVENT_DELIVERIES_MAX", 2)
+    service = harness.service
+    mine = destination()
+    theirs = [replace(destination(), tenant_id="other") for _ in range(3)]
+    for dest in (mine, *theirs):
+        await harness.store.create_destination(dest, verification=None)
+    await harness.catalog.refresh(force=True)
+    await harness.emit("order.created", id="evt_same")
+    await harness.emit("order.created", id="evt_same", tenant_id="other")
+
+    event, deliveries = await service.find_event("default", "evt_same")
+    assert event.tenant_id == "default"
+    assert [d.destination_id for d in deliveries] == [mine.id]
+    event, deliveries = await service.find_event("other", "evt_same")
+    assert event.tenant_id == "other"
+    assert len(deliveries) == 2  # the page's limit, of this tenant's three
+    assert {d.destination_id for d in deliveries} < {t.id for t in theirs}
+    assert {d.tenant_id for d in deliveries} == {"other"}
+
+
+def test_an_events_deliveries_are_found_by_the_event_ids_index(harness: Harness) -> None:
+    """The event page's query reads ``herald_deliveries_event`` (a few rows per id),
+    never the tenant's deliveries by ``(tenant_id, id)`` nor the table. SQLite is told
+    the index (it has no statistics); PostgreSQL chooses it from its statistics, here
+    of 20,000 deliveries of one tenant, with the store's custom plans."""
+    args = ("default", "evt_same", 200)
+    if harness.backend == "sqlite":
+        sql = load_queries("sqlite")["event_deliveries"]
+        plan = " | ".join(r[3] for r in harness.db.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "herald_deliveries_event" in plan, plan
+        assert not re.search(r"SCAN (d|herald_deliveries)\b(?! USING)", plan), plan
+        return
+    harness.db.execute(
+        "INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id,"
+        " kind, status, max_attempts, created_at, updated_at)"
+        " SELECT 'dlv_' || lpad(g::text, 26, '0'), 'default', 'evt_' || g, 'a.b', 'evtd_x',"
+        " 'event', 'success', 1, g, g FROM generate_series(1, 20000) g"
+    )
+    harness.db.execute("ANALYZE herald_deliveries")
+    sql = load_queries("postgres")["event_deliveries"]
+    for n, value in enumerate(args, start=1):
+        sql = sql.replace(f"${n}", f"'{value}'" if isinstance(value, str) else str(value))
+    plan = " | ".join(r[0] for r in harness.db.execute("EXPLAIN " + sql))
+    assert "herald_deliveries_event" in plan, plan
+    assert "herald_deliveries_tenant" not in plan, plan
 
 
 async def test_a_tenants_overview_counts_its_own_deliveries_only(harness: Harness) -> None:

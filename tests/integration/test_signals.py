@@ -17,6 +17,7 @@ import pytest
 
 from herald.errors import ValidationError
 from herald.ids import new_id
+from herald.ingest import about_destination
 from herald.model import (
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
@@ -78,7 +79,12 @@ async def claim(h: Harness, *, store: Store | None = None) -> list[DueDelivery]:
 def signals_in_outbox(h: Harness) -> list[tuple[str, str, str | None, dict[str, Any]]]:
     """(id, type, about, data) of the operational events waiting in the outbox."""
     return [
-        (r[0], r[1], r[2], r[3] if isinstance(r[3], dict) else orjson.loads(r[3]))
+        (
+            r[0],
+            r[1],
+            about_destination(r[2]),
+            r[3] if isinstance(r[3], dict) else orjson.loads(r[3]),
+        )
         for r in h.rows(
             "SELECT id, type, about_destination, data FROM herald_outbox"
             " WHERE type LIKE 'herald.%' ORDER BY seq"
@@ -321,6 +327,29 @@ async def test_producers_cannot_publish_operational_events(harness: Harness) -> 
     if h.backend == "sqlite":
         with pytest.raises(ValueError, match="reserved"):
             h.produce(DESTINATION_RECOVERED, {})  # herald.outbox.publish
+
+
+async def test_a_producer_cannot_pass_a_row_off_as_herald_s_own(harness: Harness) -> None:
+    """``about_destination`` is a column of the producer's own table: set by hand, it
+    once made a ``herald.`` row Herald's own (and kept an ordinary event from the
+    destination it named). Only Herald's key marks its rows; these are rejected."""
+    h = harness
+    monitor = await h.add_webhook("http://127.0.0.1:1/monitor", events=("herald.*", "a.b"))
+    forged = [
+        ("evt_forged_failing", DESTINATION_FAILING, {"destination_id": "evtd_x"}, "evtd_x"),
+        ("evt_forged_skip", "a.b", {}, monitor.id),
+    ]
+    for event_id, type_, data, about in forged:
+        h.db.execute(
+            "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, about_destination)"
+            " VALUES (?, 'default', ?, ?, ?, ?)",
+            (event_id, type_, orjson.dumps(data).decode(), "2026-11-28T00:00:00Z", about),
+        )
+    assert await h.relay.run_once() == 2
+    reasons = [r for (r,) in h.rows("SELECT reason FROM herald_outbox_rejected ORDER BY seq")]
+    assert len(reasons) == 2
+    assert all(r.startswith("about_destination_refused: ") for r in reasons), reasons
+    assert await h.deliveries() == []
 
 
 async def test_the_engine_s_own_attempts_signal(harness_factory: HarnessFactory) -> None:

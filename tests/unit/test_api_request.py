@@ -68,3 +68,11 @@ def test_timestamp_param_reads_rfc3339_or_refuses_naming_the_field() -> None:
     with pytest.raises(ValidationError) as err:
         timestamp_param({"until": "yesterday"}, "until")
     assert (err.value.field, err.value.code) == ("until", "timestamp_invalid")
+
+
+@pytest.mark.parametrize("raw", ["9" * 400 + "h", "9" * 30 + "d"])
+def test_timestamp_param_refuses_a_duration_past_the_calendar(raw: str) -> None:
+    """``since=999…9h`` was a time of -inf, and a replay's 500 when written back."""
+    with pytest.raises(ValidationError) as err:
+        timestamp_param({"since": raw}, "since")
+    assert (err.value.field, err.value.code) == ("since", "timestamp_invalid")

@@ -4,7 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from herald.ingest import Reject, parse_row, traceparent_problem, valid_traceparent
+from herald.crypto import SecretBox
+from herald.ingest import (
+    Reject,
+    about_column,
+    about_destination,
+    parse_row,
+    traceparent_problem,
+    valid_traceparent,
+)
 from herald.model import OutboxRow
 
 
@@ -101,10 +109,72 @@ def test_a_producer_row_of_a_reserved_type_is_rejected(type_: bytes) -> None:
     assert "Herald's own operational events" in str(caught.value)
 
 
+BOX = SecretBox(b"k" * 32)
+OPERATIONAL = row(type=b"herald.destination.failing", data=b'{"destination_id": "evtd_1"}')
+
+
+def herald_s(outbox_row: OutboxRow, box: SecretBox = BOX, dest: str = "evtd_1") -> OutboxRow:
+    """``outbox_row`` as Herald writes its own: ``about_destination`` marked with its key."""
+    r = outbox_row
+    about = about_column(
+        box,
+        event_id=bytes(r.id or b"").decode(),
+        tenant_id=bytes(r.tenant_id or b"").decode(),
+        type_=bytes(r.type or b"").decode(),
+        data=bytes(r.data or b"").decode(),
+        destination_id=dest,
+    )
+    return replace(outbox_row, about=about)
+
+
 def test_herald_s_own_operational_row_is_an_event() -> None:
-    herald_s = replace(row(type=b"herald.destination.failing"), about="evtd_1")
-    event = parse_row(herald_s, max_payload_bytes=1024)
+    own = herald_s(OPERATIONAL)
+    assert about_destination(own.about) == "evtd_1"
+    event = parse_row(own, max_payload_bytes=1024, marks=BOX)
     assert event.type == "herald.destination.failing"
+    # Its data as PostgreSQL's jsonb gives it back (other spacing, other key order).
+    written = herald_s(replace(OPERATIONAL, data=b'{"a":1,"b":2}'))
+    assert parse_row(replace(written, data=b'{"b": 2, "a": 1}'), max_payload_bytes=99, marks=BOX)
+    # Marked before a key rotation: the previous key still vouches for it.
+    rotated = SecretBox(b"n" * 32, [b"k" * 32])
+    assert parse_row(own, max_payload_bytes=1024, marks=rotated).type == event.type
+
+
+def forgeries() -> list[tuple[str, OutboxRow]]:
+    own = herald_s(OPERATIONAL)
+    tag = str(own.about).partition(" ")[2]
+    return [
+        ("a destination alone", replace(OPERATIONAL, about="evtd_1")),
+        ("a made-up mark", replace(OPERATIONAL, about="evtd_1 " + "A" * 43)),
+        ("an empty value", replace(OPERATIONAL, about="")),
+        ("another key's mark", herald_s(OPERATIONAL, SecretBox(b"x" * 32))),
+        # A real mark copied onto other data, another id, tenant, type or destination.
+        ("other data", replace(own, data=b'{"destination_id": "evtd_2"}')),
+        ("another id", replace(own, id=b"evt_2")),
+        ("another tenant", replace(own, tenant_id=b"acme")),
+        ("another type", replace(own, type=b"herald.destination.recovered")),
+        ("another destination", replace(own, about=f"evtd_2 {tag}")),
+        # An ordinary type: about_destination would drop one of its deliveries.
+        ("an ordinary type", replace(row(), about="evtd_1")),
+    ]
+
+
+@pytest.mark.parametrize(("what", "forged"), forgeries(), ids=[w for w, _ in forgeries()])
+def test_a_producer_row_that_sets_about_destination_without_herald_s_mark_is_rejected(
+    what: str, forged: OutboxRow
+) -> None:
+    """A producer writes any column of its outbox table: ``about_destination`` set
+    passed a ``herald.`` row off as Herald's own operational event."""
+    with pytest.raises(Reject) as caught:
+        parse_row(forged, max_payload_bytes=1024, marks=BOX)
+    assert caught.value.code == "about_destination_refused", what
+
+
+def test_an_outbox_herald_never_writes_into_carries_none_of_its_rows() -> None:
+    """Without ``marks`` (another database's outbox), even a genuine mark is refused."""
+    with pytest.raises(Reject) as caught:
+        parse_row(herald_s(OPERATIONAL), max_payload_bytes=1024)
+    assert caught.value.code == "about_destination_refused"
 
 
 def test_a_type_that_only_starts_like_the_prefix_is_not_reserved() -> None:

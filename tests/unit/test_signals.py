@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from herald.crypto import SecretBox
+from herald.ingest import about_destination, parse_row
 from herald.model import (
     DESTINATION_FAILING,
     DESTINATION_RECOVERED,
@@ -13,6 +15,7 @@ from herald.model import (
     DeliveryStatus,
     DueDelivery,
     Event,
+    OutboxRow,
     Outcome,
 )
 from herald.signals import DestinationState, destinations_of, episodes, exhausted, outbox_row
@@ -112,9 +115,13 @@ def test_the_failing_event_says_what_failed() -> None:
         "last_error": "no response within 5 s",
         "last_response_status": None,
     }
-    row = outbox_row(signal, NOW)
+    box = SecretBox(b"k" * 32)
+    row = outbox_row(signal, NOW, box)
     assert row[:3] == (signal.event_id, "acme", DESTINATION_FAILING)
-    assert row[5] == "evtd_a"
+    assert about_destination(row[5]) == "evtd_a"  # and Herald's mark
+    id_, tenant, type_, data, created_at = (f.encode() for f in row[:5])
+    written = OutboxRow(1, id_, tenant, type_, data, created_at, about=row[5])
+    assert parse_row(written, max_payload_bytes=1 << 20, marks=box).id == signal.event_id
 
 
 def test_locks_cover_failures_and_activations_in_id_order() -> None:

@@ -15,6 +15,7 @@ from herald.timeutil import (
     now,
     parse_retry_after,
     parse_timestamp,
+    parse_when,
     rfc3339_nano,
 )
 
@@ -299,3 +300,25 @@ def test_parse_retry_after_two_digit_year_window() -> None:
 
 def test_parse_retry_after_huge_delay_does_not_raise() -> None:
     assert parse_retry_after("9" * 5000, now=NOW) == float("inf")
+
+
+def test_parse_when_takes_a_duration_ago() -> None:
+    assert parse_when("90s", now=1000.0) == 910.0
+    assert parse_when("2h", now=10_000.0) == 10_000.0 - 7200
+    assert parse_when("1970-01-01T00:01:00Z") == 60.0
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["9" * 400 + "h", "9" * 30 + "d", "3660000d", "1" + "0" * 17 + "s", "9" * 400 + ".5m"],
+)
+def test_parse_when_refuses_a_duration_reaching_before_year_one(value: str) -> None:
+    """A duration that leaves no writable timestamp (inf, or before 0001-01-01) is a
+    ValueError, never an ``OverflowError`` later in ``format_epoch``."""
+    with pytest.raises(ValueError, match="reaches back before the year 0001"):
+        parse_when(value, now=1_800_000_000.0)
+
+
+def test_parse_when_takes_a_duration_back_to_year_one() -> None:
+    when = parse_when("700000d", now=1_800_000_000.0)
+    assert format_epoch(when).startswith("01")

@@ -28,7 +28,7 @@ from herald.api.cursor import CursorCodec
 from herald.api.errors import PayloadTooLarge, RateLimited, RequestTimeout, Unauthorized, error_body
 from herald.api.ratelimit import request_limiters
 from herald.api.server import read_body
-from herald.apikeys import API_KEY_PREFIX, hash_api_key
+from herald.apikeys import API_KEY_PREFIX, TENANT_KIND, hash_api_key
 from herald.audit import audit
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, StorageError, ValidationError
@@ -96,7 +96,6 @@ class ApiBase:
         )
         self.wake = wake
         self.tokens = Tokens(store)
-        self._key_cache: dict[str, tuple[str | None, float]] = {}
 
     # --- middleware -------------------------------------------------------------
     @web.middleware
@@ -304,19 +303,12 @@ class ApiBase:
         if not API_KEY.fullmatch(key):
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
         digest = hash_api_key(key)
-        now = time.monotonic()
-        cached = self._key_cache.get(digest)
-        if cached is not None and now - cached[1] < 5.0:
-            tenant = cached[0]
-        else:
-            tenant = await self.service.store.tenant_for_key(digest)
-            if len(self._key_cache) > 10_000:
-                self._key_cache.clear()
-            self._key_cache[digest] = (tenant, now)
-        if tenant is None:
+        found = await self.service.keys.get(digest)
+        # Only tenant keys: an operator key opens the console, not the API.
+        if found is None or found.kind != TENANT_KIND:
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
         request[KEY_HASH] = digest
-        return tenant
+        return found.tenant_id
 
     @staticmethod
     def _audit(request: web.Request, action: str, **fields: object) -> None:

@@ -90,7 +90,9 @@ class PortalDoor:
             token_id=portal.scope.token_id,
             request_id=request[REQUEST_ID],
         )
-        response = redirect(request.path + (f"?{urlencode(kept)}" if kept else ""))
+        # The path as sent, still percent-encoded: decoded, a %3F would start a query.
+        path = request.rel_url.raw_path
+        response = redirect(path + (f"?{urlencode(kept)}" if kept else ""))
         set_cookie(
             response,
             request,

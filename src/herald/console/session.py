@@ -23,9 +23,17 @@ from typing import Literal
 
 from aiohttp import web
 
-from herald.apikeys import API_KEY_PREFIX, OPERATOR_KEY_PREFIX, hash_api_key, key_id
+from herald.apikeys import (
+    API_KEY_PREFIX,
+    OPERATOR_KEY_PREFIX,
+    OPERATOR_KIND,
+    KeyCache,
+    hash_api_key,
+    key_id,
+)
 from herald.config import ConsoleSettings
 from herald.store import Store
+from herald.store.base import ApiKeyInfo
 
 SESSION_COOKIE = "herald_console"
 LOGIN_CSRF_COOKIE = "herald_console_login"
@@ -119,8 +127,12 @@ def _partitioned(
 class Sessions:
     """Operator sessions, stored by the hash of their id."""
 
-    def __init__(self, store: Store, settings: ConsoleSettings) -> None:
+    def __init__(
+        self, store: Store, settings: ConsoleSettings, *, keys: KeyCache[ApiKeyInfo]
+    ) -> None:
         self.store = store
+        self.keys = keys
+        """The process's one key lookup, the API's too (``herald.apikeys.KeyCache``)."""
         self.idle = settings.session_idle_minutes * 60
         self.lifetime = settings.session_max_hours * 3600
 
@@ -131,7 +143,8 @@ class Sessions:
         if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
             return None
         key_hash = hash_api_key(key)
-        if await self.store.operator_key_hint(key_hash) is None:
+        found = await self.keys.get(key_hash)
+        if found is None or found.kind != OPERATOR_KIND:
             return None
         session_id = secrets.token_urlsafe(32)
         now = time.time()

@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 
 from herald.api.ratelimit import RateLimiter
+from herald.apikeys import KeyCache
 from herald.config import ConsoleSettings
 from herald.console.pages import redirect, render, with_notice
 from herald.console.scope import FORM, REQUEST_ID, SCOPE, Scope
@@ -29,6 +30,7 @@ from herald.console.session import (
     set_cookie,
 )
 from herald.store import Store
+from herald.store.base import ApiKeyInfo
 
 log = structlog.get_logger("herald.console")
 audit_log = structlog.get_logger("herald.audit")
@@ -58,9 +60,16 @@ class OperatorDoor:
 
     public = frozenset({f"{PREFIX}/login"})
 
-    def __init__(self, store: Store, settings: ConsoleSettings, *, anonymous: RateLimiter) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: ConsoleSettings,
+        *,
+        anonymous: RateLimiter,
+        keys: KeyCache[ApiKeyInfo],
+    ) -> None:
         self.settings = settings
-        self.sessions = Sessions(store, settings)
+        self.sessions = Sessions(store, settings, keys=keys)
         self.anonymous = anonymous
 
     async def enter(self, request: web.Request) -> web.StreamResponse | None:

@@ -67,7 +67,9 @@ class Console:
         self.limiter, self.anonymous = limiters or request_limiters(
             settings.api, counter=store.count_request if store.shared else None
         )
-        self.operators = OperatorDoor(store, settings.console, anonymous=self.anonymous)
+        self.operators = OperatorDoor(
+            store, settings.console, anonymous=self.anonymous, keys=service.keys
+        )
         self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)

@@ -120,10 +120,11 @@ class AccessStore(StorePart):
         async with self.dialect.tx(atomic=False) as c:
             await self.dialect.execute(c, "create_api_key", key_hash, tenant_id, hint, now, kind)
 
-    async def tenant_for_key(self, key_hash: str) -> str | None:
-        """The tenant of an unrevoked tenant key (never an operator key)."""
-        rows = await self.dialect.read("tenant_for_key", key_hash)
-        return str(rows[0][0]) if rows else None
+    async def api_key(self, key_hash: str) -> ApiKeyInfo | None:
+        """The unrevoked key (tenant or operator) of this hash, or None. The faces ask
+        through :class:`herald.apikeys.KeyCache`, never here directly."""
+        rows = await self.dialect.read("api_key", key_hash)
+        return ApiKeyInfo(*rows[0]) if rows else None
 
     async def list_api_keys(self, tenant_id: str, *, kind: str = "tenant") -> list[ApiKeyInfo]:
         """The tenant's keys of ``kind``, newest first, revoked ones included."""
@@ -138,11 +139,6 @@ class AccessStore(StorePart):
             return await self.dialect.execute(
                 c, "revoke_api_keys", now, tenant_id, len(hash_prefix), hash_prefix, kind
             )
-
-    async def operator_key_hint(self, key_hash: str) -> str | None:
-        """The last characters of an unrevoked operator key, or None: no such key."""
-        rows = await self.dialect.read("operator_key", key_hash)
-        return str(rows[0][0]) if rows else None
 
     async def operator_key_revoked(self, key_hash: str) -> bool:
         """Whether the hash is a revoked operator key's (the console's sign-in says so)."""

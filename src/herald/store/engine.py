@@ -282,7 +282,9 @@ class EngineStore(StorePart):
                 ):
                     signals.append(verification_failed(r, dest_type))
         if signals:
-            await d.executemany(c, "insert_signal", [outbox_row(s, now) for s in signals])
+            await d.executemany(
+                c, "insert_signal", [outbox_row(s, now, self._box) for s in signals]
+            )
         return Recorded(signals, worn)
 
     async def _activate_if_pending(

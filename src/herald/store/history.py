@@ -72,7 +72,6 @@ class HistoryStore(StorePart):
             ("d.id", flt.ids, True),
             ("d.kind =", None if flt.kind is None else flt.kind.value, False),
             ("d.replay_id =", flt.replay_id, False),
-            ("d.event_id =", flt.event_id, False),
         )
         clauses: list[str] = []
         for term, value, many in terms:
@@ -98,6 +97,13 @@ class HistoryStore(StorePart):
         rows = await self.dialect.read(
             "list_deliveries", *params, parts={"where": where, "limit": limit_arg}
         )
+        return [delivery_from_row(r) for r in rows]
+
+    async def event_deliveries(
+        self, tenant_id: str, event_id: str, *, limit: int
+    ) -> list[Delivery]:
+        """The deliveries of the tenant's event ``event_id``, newest first."""
+        rows = await self.dialect.read("event_deliveries", tenant_id, event_id, limit)
         return [delivery_from_row(r) for r in rows]
 
     async def count_deliveries(self, flt: DeliveryFilter) -> int:
@@ -127,7 +133,7 @@ class HistoryStore(StorePart):
         if not rows:
             return None
         try:
-            return parse_row(OutboxRow(*rows[0]), max_payload_bytes=1 << 62)
+            return parse_row(OutboxRow(*rows[0]), max_payload_bytes=1 << 62, marks=self._box)
         except Reject:
             return None
 

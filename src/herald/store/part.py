@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from herald.crypto import SecretBox
 from herald.model import Event, NewDelivery
 from herald.store.dialect import Conn, Dialect, Row
 from herald.store.rows import new_delivery_rows
@@ -21,6 +22,8 @@ class StorePart:
     """The base of every part of the store: the dialect its statements run on."""
 
     dialect: Dialect
+    _box: SecretBox
+    """Seals credentials, and marks the operational events Herald writes into its outbox."""
 
     async def _read_for(
         self, every: str, one: str, tenant_id: str | None, *args: Any, gauges: bool = False

@@ -64,6 +64,11 @@ class SQLStore(
         self._box = box
         self.failing_after = failing_after
 
+    @property
+    def marks(self) -> SecretBox:
+        """The key that marks Herald's own rows in its outbox (``herald.ingest.Marks``)."""
+        return self._box
+
     # --- lifecycle --------------------------------------------------------
     async def open(self) -> None:
         """Connect and apply pending migrations."""

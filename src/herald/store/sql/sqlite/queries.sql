@@ -264,14 +264,30 @@ SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_statu
   response_excerpt
 FROM herald_attempts WHERE delivery_id = ?1 ORDER BY number, started_at
 
--- list_deliveries --
--- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
-SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
+-- _delivery_listing --
+-- A delivery with its last attempt, as every listing of deliveries reads it
+d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
   d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
   a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
   a.response_excerpt, d.replay_id, d.lease_owner IS NOT NULL
+
+-- list_deliveries --
+-- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
+SELECT {_delivery_listing}
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE {where} ORDER BY d.id DESC LIMIT {limit}
+
+-- event_deliveries --
+-- One event's deliveries, newest first: ?1 tenant, ?2 event id, ?3 limit. Found by the
+-- event id's index (a few rows, of every tenant that used the id), then its tenant's
+-- kept: a limit applied before the tenant would let another tenant's reuse of the id
+-- crowd this tenant's deliveries out.
+-- INDEXED BY: without statistics SQLite would rather walk the tenant's deliveries
+-- backwards by (tenant_id, id) for the order, every one of them.
+SELECT {_delivery_listing}
+FROM herald_deliveries d INDEXED BY herald_deliveries_event
+  LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
+WHERE d.event_id = ?2 AND d.tenant_id = ?1 ORDER BY d.id DESC LIMIT ?3
 
 -- count_deliveries --
 SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
@@ -339,9 +355,10 @@ DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_r
 INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at, kind)
 VALUES (?1, ?2, ?3, ?4, ?5)
 
--- tenant_for_key --
--- Only tenant keys: an operator key opens the console, not the API
-SELECT tenant_id FROM herald_api_keys WHERE hash = ?1 AND revoked_at IS NULL AND kind = 'tenant'
+-- api_key --
+-- An unrevoked key by its hash, of either kind (herald.apikeys.KeyCache: every face's lookup)
+SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
+WHERE hash = ?1 AND revoked_at IS NULL
 
 -- list_api_keys --
 SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
@@ -494,9 +511,6 @@ ON CONFLICT (key) DO UPDATE SET value = value + excluded.value
 
 -- replay_counts --
 SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
-
--- operator_key --
-SELECT hint FROM herald_api_keys WHERE hash = ?1 AND kind = 'operator' AND revoked_at IS NULL
 
 -- operator_key_revoked --
 SELECT 1 FROM herald_api_keys WHERE hash = ?1 AND kind = 'operator' AND revoked_at IS NOT NULL
