@@ -20,7 +20,8 @@ from herald.config import Settings
 from herald.egress import EgressPolicy
 from herald.errors import ValidationError
 from herald.model import Destination, Outcome
-from tests.integration.conftest import make_settings
+from tests.integration.conftest import Harness, make_settings
+from tests.integration.test_repoint import problems, stored
 from tests.integration.test_webhook_adapter import make_dest, make_event
 from tests.support.receiverauth import (
     OAuthClient,
@@ -428,3 +429,36 @@ def test_the_tls_fields_are_checked_at_create(registry: Registry, ca: TestCA) ->
     assert stored.tls_client_certificate == expired.certificate  # type: ignore[attr-defined]
     # tls_client_key is a credential: encrypted at rest, masked, never kept for a new URL.
     assert "tls_client_key" in registry.get("webhook").config_model.sensitive_fields()
+
+
+async def test_a_new_token_url_needs_every_credential_again(harness: Harness, ca: TestCA) -> None:
+    """The token URL is a target: the client's secret goes there (docs/security.md)."""
+    h = harness
+    client = ca.issue("herald-client")
+    dest = await stored(
+        h,
+        "webhook",
+        {
+            "url": "http://127.0.0.1:9/hook",
+            "oauth2_token_url": "http://127.0.0.1:9/token",
+            "oauth2_client_id": "herald",
+            "oauth2_client_secret": CLIENT_SECRET,
+            "tls_client_certificate": client.certificate,
+            "tls_client_key": client.key,
+        },
+    )
+    change = {"oauth2_token_url": "http://127.0.0.2:9/token"}
+    with pytest.raises(ValidationError) as info:
+        await h.service.update("default", dest.id, {"webhook": change})
+    assert problems(info.value) == {
+        "webhook.oauth2_client_secret": "credentials_required",
+        "webhook.tls_client_key": "credentials_required",
+    }
+    assert await h.service.get("default", dest.id) == dest
+    again = {"oauth2_client_secret": CLIENT_SECRET, "tls_client_key": client.key}
+    moved = await h.service.update("default", dest.id, {"webhook": {**change, **again}})
+    assert moved.config["oauth2_token_url"] == change["oauth2_token_url"]
+    # A change that keeps the targets keeps the credentials.
+    kept = await h.service.update("default", dest.id, {"webhook": {"oauth2_scope": "more"}})
+    assert kept.secrets["oauth2_client_secret"] == CLIENT_SECRET
+    assert kept.secrets["tls_client_key"] == client.key
