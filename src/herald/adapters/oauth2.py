@@ -159,8 +159,9 @@ def read_token(status: int, body: bytes, *, now: float) -> tuple[str, float]:
     if status != 200:
         code = obj.get("error") if isinstance(obj, dict) else None
         said = f" {code}" if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else ""
-        # A refused client or grant needs a change of config; the server's trouble passes.
-        permanent = 400 <= status < 500 and status not in (408, 429)
+        # A refused client or grant (or a redirect, never followed) needs a change of
+        # config; the server's trouble passes.
+        permanent = status < 500 and status not in (408, 429)
         raise TokenError(f"{status}{said}", permanent=permanent)
     if not isinstance(obj, dict):
         raise TokenError("200 with a body that is not a JSON object", permanent=False)
@@ -225,6 +226,15 @@ class Tokens:
 
     def forget(self, dest_id: str) -> None:
         self._entries.pop(dest_id, None)
+
+    async def close(self) -> None:
+        """Cancel the fetches in flight (the adapter is closing its sessions)."""
+        tasks = [e.fetching for e in self._entries.values() if e.fetching is not None]
+        self._entries.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def _fetched(self, entry: _Entry, client: Client) -> tuple[str, float]:
         try:

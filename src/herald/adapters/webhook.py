@@ -524,3 +524,7 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         await super().forget(dest_id)
         self.tokens.forget(dest_id)
         self._contexts.forget(dest_id)
+
+    async def close(self) -> None:
+        await self.tokens.close()
+        await super().close()
