@@ -116,7 +116,7 @@ def test_the_header_rules_hold_a_change_not_a_stored_config(registry: Registry) 
         registry.parse_config("webhook", raw, submitted=True)
     assert info.value.field == "webhook.custom_headers"
     # Stored before the rule: still read (and sent as before), never made unreadable.
-    assert registry.parse_config("webhook", raw).target() == (None, raw["url"])
+    assert registry.parse_config("webhook", raw).target() == (None, raw["url"], None)
 
 
 # --- the re-point rule's declarations ------------------------------------------------

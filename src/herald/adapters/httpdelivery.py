@@ -19,7 +19,9 @@ from __future__ import annotations
 import base64
 import time
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from ssl import SSLContext
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import aiohttp
@@ -38,10 +40,14 @@ __all__ = [
     "HTTPAdapter",
     "Proxy",
     "TargetCheck",
+    "failure",
     "json_headers",
     "new_session",
     "post",
+    "read_body",
     "read_excerpt",
+    "request",
+    "status_result",
 ]
 
 EXCERPT_BYTES = 1024
@@ -116,6 +122,60 @@ def new_session(
     )
 
 
+@asynccontextmanager
+async def request(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    egress: EgressPolicy,
+    proxy: Proxy | None = None,
+    targets: TargetCheck | None = None,
+    ssl: SSLContext | None = None,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """POST ``body`` once, held to ``egress``, and yield the response; the errors are
+    the library's (:func:`failure` reads them). ``ssl`` is the destination's own TLS
+    (a client certificate, a CA of its own); the connector keys its pool on it.
+
+    Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
+    """
+    check_url_host(url, egress)
+    if proxy is not None and targets is not None:
+        await targets.check(url)
+    proxy_headers = None
+    if proxy is not None:
+        headers, proxy_headers = proxy.headers(url, headers)
+    async with session.post(
+        url,
+        data=body,
+        headers=headers,
+        allow_redirects=False,
+        proxy=proxy.url if proxy else None,
+        proxy_headers=proxy_headers,
+        ssl=ssl if ssl is not None else True,
+    ) as resp:
+        yield resp
+
+
+def failure(exc: Exception) -> Result | None:
+    """The result of a :func:`request` that raised ``exc``, or None if it is no
+    failure of the request (a bug, re-raised by the caller)."""
+    if isinstance(exc, EgressDenied):
+        return Result.permanent(exc.message)
+    if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the CONNECT
+        return Result.retryable(f"egress proxy refused the request ({exc.status})")
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return Result.retryable("connection failed: egress proxy unreachable")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, EgressDenied):
+            return Result.permanent(exc.os_error.message)
+        return Result.retryable(f"connection failed: {exc.os_error or exc}")
+    if isinstance(exc, aiohttp.ClientError):
+        return Result.retryable(f"{type(exc).__name__}: {exc}")
+    return None
+
+
 async def post(
     session: aiohttp.ClientSession,
     url: str,
@@ -125,43 +185,35 @@ async def post(
     egress: EgressPolicy,
     proxy: Proxy | None = None,
     targets: TargetCheck | None = None,
+    ssl: SSLContext | None = None,
 ) -> Result:
-    """POST ``body`` once and turn the response (or the failure) into a typed Result.
-
-    Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
-    """
+    """POST ``body`` once (:func:`request`) and turn the response (or the failure) into
+    a typed Result."""
     try:
-        check_url_host(url, egress)
-        if proxy is not None and targets is not None:
-            await targets.check(url)
-        proxy_headers = None
-        if proxy is not None:
-            headers, proxy_headers = proxy.headers(url, headers)
-        async with session.post(
+        async with request(
+            session,
             url,
-            data=body,
+            body=body,
             headers=headers,
-            allow_redirects=False,
-            proxy=proxy.url if proxy else None,
-            proxy_headers=proxy_headers,
+            egress=egress,
+            proxy=proxy,
+            targets=targets,
+            ssl=ssl,
         ) as resp:
             excerpt = await read_excerpt(resp)
             status = resp.status
             retry_after = None
             if status in (429, 503) and (value := resp.headers.get("Retry-After")):
                 retry_after = parse_retry_after(value, now=time.time())
-    except EgressDenied as exc:
-        return Result.permanent(exc.message)
-    except aiohttp.ClientHttpProxyError as exc:  # the proxy refused the CONNECT
-        return Result.retryable(f"egress proxy refused the request ({exc.status})")
-    except aiohttp.ClientProxyConnectionError:
-        return Result.retryable("connection failed: egress proxy unreachable")
-    except aiohttp.ClientConnectorError as exc:
-        if isinstance(exc.os_error, EgressDenied):
-            return Result.permanent(exc.os_error.message)
-        return Result.retryable(f"connection failed: {exc.os_error or exc}")
-    except aiohttp.ClientError as exc:
-        return Result.retryable(f"{type(exc).__name__}: {exc}")
+    except (EgressDenied, aiohttp.ClientError) as exc:
+        failed = failure(exc)
+        assert failed is not None
+        return failed
+    return status_result(status, excerpt=excerpt, retry_after=retry_after)
+
+
+def status_result(status: int, *, excerpt: str | None, retry_after: float | None) -> Result:
+    """The outcome of an HTTP status, the same for every HTTP type."""
     if 200 <= status < 300:
         return Result.success(status=status, excerpt=excerpt)
     error = f"HTTP {status}"
@@ -176,15 +228,21 @@ async def post(
 
 async def read_excerpt(resp: aiohttp.ClientResponse) -> str | None:
     """The first KiB of the body; the rest is never read (a hostile body can be endless)."""
-    buf = b""
-    while len(buf) < EXCERPT_BYTES:
-        chunk = await resp.content.read(EXCERPT_BYTES - len(buf))
-        if not chunk:
-            break
-        buf += chunk
+    buf = await read_body(resp, EXCERPT_BYTES)
     if not buf:
         return None
     return buf.decode("utf-8", "replace")
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body's first ``limit`` bytes, never more."""
+    buf = b""
+    while len(buf) < limit:
+        chunk = await resp.content.read(limit - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 class HTTPAdapter(Adapter, Generic[P]):
@@ -240,7 +298,14 @@ class HTTPAdapter(Adapter, Generic[P]):
         self._turn = (self._turn + 1) % len(self._sessions)
         return self._sessions[self._turn]
 
-    async def send(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> Result:
+    async def send(
+        self,
+        url: str,
+        *,
+        body: bytes,
+        headers: Mapping[str, str],
+        ssl: SSLContext | None = None,
+    ) -> Result:
         """POST ``body`` to ``url`` once; the response (or failure) as a Result."""
         return await post(
             self.session(),
@@ -250,6 +315,7 @@ class HTTPAdapter(Adapter, Generic[P]):
             egress=self.ctx.egress,
             proxy=self.proxy,
             targets=self._dial_checks,
+            ssl=ssl,
         )
 
     async def forget(self, dest_id: str) -> None:

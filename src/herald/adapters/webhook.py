@@ -3,19 +3,29 @@
 2xx within the deadline is success; redirects are never followed; a
 ``Retry-After`` on 429/503 is passed to the engine; the response body is read
 up to 1 KiB and the connection is dropped rather than drained past that.
+
+A receiver may also ask for a bearer token from its OAuth2 token server
+(``oauth2_*``, :mod:`herald.adapters.oauth2`: a 401 fetches a new token and
+repeats the POST once, in the same attempt) and for a client certificate
+(``tls_*``, :mod:`herald.adapters.tlsidentity`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
+import aiohttp
 import orjson
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationError as PydanticError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from herald.adapters.base import (
     TARGET,
@@ -26,12 +36,39 @@ from herald.adapters.base import (
     check_http_url,
     checked,
     dial,
+    masked,
     sensitive,
     submitted,
 )
-from herald.adapters.httpdelivery import HTTPAdapter, Proxy, json_headers
-from herald.errors import ValidationError
-from herald.model import Destination, Event
+from herald.adapters.httpdelivery import (
+    HTTPAdapter,
+    Proxy,
+    failure,
+    json_headers,
+    read_body,
+    request,
+)
+from herald.adapters.oauth2 import (
+    AUTH_METHODS,
+    MAX_TOKEN_RESPONSE,
+    Client,
+    TokenError,
+    Tokens,
+    read_token,
+    signing_algorithm,
+    token_request,
+)
+from herald.adapters.tlsidentity import (
+    MAX_PEM_LENGTH,
+    Contexts,
+    Identity,
+    check_ca,
+    check_certificate,
+    check_key,
+    key_matches,
+)
+from herald.errors import EgressDenied, ValidationError
+from herald.model import Destination, Event, Outcome
 from herald.signing import generate_secret, parse_secret, signature_header
 
 # Headers Herald owns: a custom header may not replace them.
@@ -120,6 +157,53 @@ def _check_url(value: str, *, credentials: str) -> str:
     return check_http_url(value, credentials=credentials)
 
 
+def _check_method(value: str) -> None:
+    if value not in AUTH_METHODS:
+        raise ValueError(f"must be one of {', '.join(AUTH_METHODS)}")
+
+
+def _check_signing_key(value: str) -> None:
+    signing_algorithm(check_key(value))
+
+
+def _field_problems(problems: list[tuple[str, str | None]]) -> PydanticError:
+    """A validation error per named field (``None``: the field is missing), so the API's
+    422 names each one rather than the whole config."""
+    return PydanticError.from_exception_data(
+        "WebhookConfig",
+        [
+            InitErrorDetails(type="missing", loc=(name,), input=None)
+            if message is None
+            else InitErrorDetails(
+                type=PydanticCustomError("value_error", message), loc=(name,), input=None
+            )
+            for name, message in problems
+        ],
+    )
+
+
+def _text(description: str, *, secret: bool = False, limit: int = 1024) -> Any:
+    return Field(
+        default=None,
+        json_schema_extra={
+            **(sensitive(description) if secret else {"description": description}),
+            "maxLength": limit,
+        },
+    )
+
+
+OAUTH2_FIELDS = (
+    "oauth2_token_url",
+    "oauth2_client_id",
+    "oauth2_client_secret",
+    "oauth2_scope",
+    "oauth2_audience",
+    "oauth2_auth_method",
+    "oauth2_private_key",
+    "oauth2_key_id",
+)
+
+
 class WebhookConfig(DestinationConfig):
     url: str = Field(json_schema_extra={**TARGET, "maxLength": MAX_URL_LENGTH})
     # Sensitive: it often carries an Authorization header or an API key.
@@ -131,12 +215,144 @@ class WebhookConfig(DestinationConfig):
         },
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
+    # OAuth2 client credentials (RFC 6749 4.4): each attempt carries the token server's
+    # bearer token. The token URL is a target: the client's credentials go there.
+    oauth2_token_url: str | None = Field(
+        default=None,
+        json_schema_extra={
+            **TARGET,
+            "description": "OAuth2 token endpoint (https)",
+            "maxLength": MAX_URL_LENGTH,
+        },
+    )
+    oauth2_client_id: str | None = _text("OAuth2 client id")
+    oauth2_client_secret: str | None = _text("OAuth2 client secret", secret=True)
+    oauth2_scope: str | None = _text("OAuth2 scope, sent as scope")
+    oauth2_audience: str | None = _text("sent to the token server as audience")
+    oauth2_auth_method: str | None = _text(
+        "client_secret_basic (default), client_secret_post or private_key_jwt", limit=32
+    )
+    oauth2_private_key: str | None = _text(
+        "PEM private key signing the private_key_jwt assertion", secret=True, limit=MAX_PEM_LENGTH
+    )
+    oauth2_key_id: str | None = _text("kid of the private_key_jwt assertion", limit=256)
+    # Mutual TLS: the client certificate presented to the receiver, and the CA trusted
+    # for the receiver's certificate instead of the system's.
+    tls_client_certificate: str | None = _text(
+        "PEM client certificate (chain, the leaf first)", limit=MAX_PEM_LENGTH
+    )
+    tls_client_key: str | None = _text(
+        "PEM private key of tls_client_certificate", secret=True, limit=MAX_PEM_LENGTH
+    )
+    tls_ca_certificate: str | None = _text(
+        "PEM CA certificate(s) trusted for the receiver instead of the system's",
+        limit=MAX_PEM_LENGTH,
+    )
 
     # A new URL left without a secret gets a fresh one: the old one would make it a
     # signing oracle (docs/security.md).
     renewed: ClassVar[Mapping[str, Callable[[], str]]] = {"secret": generate_secret}
 
     _url = checked("url", functools.partial(_check_url, credentials="; use custom_headers"))
+    _token_url = checked(
+        "oauth2_token_url", functools.partial(_check_url, credentials="; use oauth2_client_id")
+    )
+    _method = checked("oauth2_auth_method", _check_method)
+    _signing_key = checked("oauth2_private_key", _check_signing_key)
+    _client_key = checked("tls_client_key", check_key)
+    _ca = checked("tls_ca_certificate", check_ca)
+
+    @field_validator("tls_client_certificate")
+    @classmethod
+    def _certificate(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            # A stored certificate that has expired since is still read (and refused by
+            # the receiver); a new one must be valid now.
+            check_certificate(value) if submitted(info) else check_ca(value)
+        return value
+
+    @model_validator(mode="after")
+    def _together(self, info: ValidationInfo) -> Self:
+        problems = self.oauth2_problems(submitted(info)) + self.tls_problems()
+        if problems:
+            raise _field_problems(problems)
+        return self
+
+    def oauth2_problems(self, new: bool) -> list[tuple[str, str | None]]:
+        """The ``oauth2_*`` fields that are missing or out of place (None: missing)."""
+        if all(getattr(self, name) is None for name in OAUTH2_FIELDS):
+            return []
+        problems: list[tuple[str, str | None]] = [
+            (name, None)
+            for name in ("oauth2_token_url", "oauth2_client_id")
+            if getattr(self, name) is None
+        ]
+        jwt = self.oauth2_auth_method == "private_key_jwt"
+        needed, unused = (
+            ("oauth2_private_key", "oauth2_client_secret")
+            if jwt
+            else ("oauth2_client_secret", "oauth2_private_key")
+        )
+        if getattr(self, needed) is None:
+            problems.append((needed, None))
+        if getattr(self, unused) is not None:
+            problems.append(
+                (
+                    unused,
+                    "is not used with oauth2_auth_method"
+                    f" {self.oauth2_auth_method or AUTH_METHODS[0]}",
+                )
+            )
+        if not jwt and self.oauth2_key_id is not None:
+            problems.append(
+                ("oauth2_key_id", "is only used with oauth2_auth_method private_key_jwt")
+            )
+        if (
+            new
+            and self.custom_headers
+            and any(
+                name.lower() == "authorization"
+                for name in parse_custom_headers(self.custom_headers)
+            )
+        ):
+            problems.append(
+                ("custom_headers", "must not set Authorization: the OAuth2 token is sent there")
+            )
+        return problems
+
+    def tls_problems(self) -> list[tuple[str, str | None]]:
+        """The client certificate and its key go together, and must match."""
+        cert, key = self.tls_client_certificate, self.tls_client_key
+        if cert is None and key is None:
+            return []
+        if cert is None:
+            return [("tls_client_certificate", None)]
+        if key is None:
+            return [("tls_client_key", None)]
+        if not key_matches(cert, key):
+            return [("tls_client_key", "does not match tls_client_certificate's public key")]
+        return []
+
+    def oauth2_client(self) -> Client | None:
+        """The OAuth2 client these fields make, or None without OAuth2."""
+        if self.oauth2_token_url is None or self.oauth2_client_id is None:
+            return None
+        return Client(
+            token_url=self.oauth2_token_url,
+            client_id=self.oauth2_client_id,
+            auth_method=self.oauth2_auth_method or "client_secret_basic",
+            secret=self.oauth2_client_secret,
+            private_key=self.oauth2_private_key,
+            key_id=self.oauth2_key_id,
+            scope=self.oauth2_scope,
+            audience=self.oauth2_audience,
+        )
+
+    def tls_identity(self) -> Identity | None:
+        """The destination's own TLS, or None for the defaults."""
+        if self.tls_client_certificate is None and self.tls_ca_certificate is None:
+            return None
+        return Identity(self.tls_client_certificate, self.tls_client_key, self.tls_ca_certificate)
 
     @field_validator("custom_headers")
     @classmethod
@@ -163,6 +379,8 @@ class _Prepared:
     keys: tuple[bytes, ...]
     keys_until: float
     """When the previous secret stops signing (inf when there is none)."""
+    oauth2: Client | None
+    ssl: ssl.SSLContext | None
 
 
 class WebhookAdapter(HTTPAdapter[_Prepared]):
@@ -174,6 +392,8 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         # Read once: the sessions are built for it (unguarded behind a proxy).
         url = ctx.settings.delivery.webhook_proxy
         self._proxy = Proxy.parse(url) if url else None
+        self.tokens = Tokens(self._fetch_token)
+        self._contexts = Contexts()
 
     @property
     def proxy(self) -> Proxy | None:
@@ -184,7 +404,27 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
 
     def dialled(self, config: DestinationConfig) -> list[Dial]:
         assert isinstance(config, WebhookConfig)
-        return [*super().dialled(config), dial("url", config.url)]
+        dials = [*super().dialled(config), dial("url", config.url)]
+        if config.oauth2_token_url is not None:
+            dials.append(dial("oauth2_token_url", config.oauth2_token_url))
+        return dials
+
+    async def check(self, config: DestinationConfig, *, tenant_id: str) -> None:
+        assert isinstance(config, WebhookConfig)
+        if (problem := self._token_url_problem(config.oauth2_token_url)) is not None:
+            raise ValidationError(
+                f"webhook.oauth2_token_url: {problem}",
+                field="webhook.oauth2_token_url",
+                code="invalid_value",
+            )
+        await super().check(config, tenant_id=tenant_id)
+
+    def _token_url_problem(self, url: str | None) -> str | None:
+        # The client's secret travels to the token URL: never in clear, unless the
+        # operator allows private networks (tests, a walk-through).
+        if url is None or url[:6].lower() == "https:" or self.ctx.egress.allow_private:
+            return None
+        return "must be an https:// URL (the client's credentials travel there)"
 
     def prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
         headers = json_headers()
@@ -199,7 +439,14 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         if previous and time.time() < previous_until:
             keys.append(parse_secret(previous))
             keys_until = previous_until
-        return _Prepared(config.url, headers, tuple(keys), keys_until)
+        # The bearer token replaces an Authorization header stored before OAuth2 was set.
+        client = config.oauth2_client()
+        if client is not None:
+            for name in [n for n in headers if n.lower() == "authorization"]:
+                del headers[name]
+        identity = config.tls_identity()
+        context = self._contexts.get(dest.id, identity) if identity is not None else None
+        return _Prepared(config.url, headers, tuple(keys), keys_until, client, context)
 
     def expires(self, prepared: _Prepared) -> float:
         return prepared.keys_until
@@ -219,4 +466,65 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
             for name in [n for n in headers if n.lower() == "traceparent"]:
                 del headers[name]
             headers["traceparent"] = event.traceparent
-        return await self.send(prep.url, body=body, headers=headers)
+        if prep.oauth2 is None:
+            return await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+        try:
+            return await self._send_with_token(dest.id, prep, body=body, headers=headers)
+        except TokenError as exc:
+            message = masked(exc.message, prep.oauth2.secret)
+            return Result.permanent(message) if exc.permanent else Result.retryable(message)
+
+    async def _send_with_token(
+        self, dest_id: str, prep: _Prepared, *, body: bytes, headers: dict[str, str]
+    ) -> Result:
+        """The POST with the bearer token; a 401 drops it and repeats once with a new one
+        (or the one that already replaced it)."""
+        assert prep.oauth2 is not None
+        token = await self.tokens.get(dest_id, prep.oauth2)
+        headers["authorization"] = f"Bearer {token}"
+        result = await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+        if result.status != 401:
+            return result
+        self.tokens.refused(dest_id, token)
+        token = await self.tokens.get(dest_id, prep.oauth2)
+        headers["authorization"] = f"Bearer {token}"
+        return await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+
+    async def _fetch_token(self, client: Client) -> tuple[str, float]:
+        """Ask ``client``'s token server once, through the webhooks' sessions and egress
+        guard, bounded by ``delivery.webhook_timeout_seconds`` of its own."""
+        if (problem := self._token_url_problem(client.token_url)) is not None:
+            raise TokenError(problem, permanent=True)
+        body, headers = token_request(client)
+        try:
+            async with (
+                asyncio.timeout(self.timeout),
+                request(
+                    self.session(),
+                    client.token_url,
+                    body=body,
+                    headers=headers,
+                    egress=self.ctx.egress,
+                    proxy=self.proxy,
+                    targets=self._dial_checks,
+                ) as resp,
+            ):
+                status, data = resp.status, await read_body(resp, MAX_TOKEN_RESPONSE)
+        except TimeoutError:
+            raise TokenError(f"no response within {self.timeout:g} s", permanent=False) from None
+        except (EgressDenied, aiohttp.ClientError) as exc:
+            failed = failure(exc)
+            assert failed is not None
+            assert failed.error is not None
+            permanent = failed.outcome is Outcome.FAILURE_PERMANENT
+            raise TokenError(failed.error, permanent=permanent) from None
+        return read_token(status, data, now=time.time())
+
+    async def forget(self, dest_id: str) -> None:
+        await super().forget(dest_id)
+        self.tokens.forget(dest_id)
+        self._contexts.forget(dest_id)
+
+    async def close(self) -> None:
+        await self.tokens.close()
+        await super().close()
