@@ -7,22 +7,35 @@ followed; a ``Retry-After`` on 429/503 is passed to the engine; the response
 body is read up to 1 KiB and the connection is dropped rather than drained past
 that. The status maps to an outcome the same way for every HTTP type: 2xx is
 success, 3xx and the 4xx a retry cannot fix are permanent, the rest retryable.
+
+Every POST notes what it sent (``note_exchange``): the method, the URL and the
+headers, the values of the ones a type names as credentials masked, then the
+headers as aiohttp sent them and the response's headers (bounded, ``Set-Cookie``
+masked) once a response comes. The body is the event's envelope and is not noted.
 """
 
 from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import aiohttp
 import orjson
 
 from herald import __version__
-from herald.adapters.base import Adapter, AdapterContext, PerDestination, Result
+from herald.adapters.base import (
+    MASK,
+    Adapter,
+    AdapterContext,
+    PerDestination,
+    Result,
+    note_exchange,
+)
 from herald.egress import EgressPolicy, GuardedResolver, TargetCheck, check_url_host
 from herald.errors import EgressDenied
+from herald.model import Exchange, Headers
 from herald.timeutil import parse_retry_after
 
 __all__ = [
@@ -31,6 +44,7 @@ __all__ = [
     "HTTPAdapter",
     "TargetCheck",
     "json_headers",
+    "kept_headers",
     "new_session",
     "post",
     "read_excerpt",
@@ -41,6 +55,37 @@ EXCERPT_BYTES = 1024
 RETRYABLE_4XX = frozenset({408, 409, 423, 425, 429})
 
 P = TypeVar("P")
+
+KEPT_HEADERS = 32
+"""Response headers an attempt's record keeps, at most (the rest are counted)."""
+KEPT_HEADER_CHARS = 4096
+"""Characters of the kept response headers, names and values, at most."""
+KEPT_VALUE_CHARS = 256
+"""A kept header value is cut at this many characters."""
+MASKED_RESPONSE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+"""A receiver's session cookie is a credential to the receiver."""
+
+
+def kept_headers(
+    headers: Iterable[tuple[str, str]], masked: Collection[str], *, limit: int | None = None
+) -> tuple[Headers, int]:
+    """``headers`` as a record keeps them: the values of ``masked`` (lower-case names)
+    shown as the mask, each value cut at :data:`KEPT_VALUE_CHARS`; with ``limit`` at
+    most that many, within :data:`KEPT_HEADER_CHARS`. Also how many were left out."""
+    kept: list[tuple[str, str]] = []
+    size = omitted = 0
+    for name, value in headers:
+        name = name[:64]
+        if name.lower() in masked:
+            value = MASK
+        elif len(value) > KEPT_VALUE_CHARS:
+            value = value[: KEPT_VALUE_CHARS - 1] + "…"
+        size += len(name) + len(value)
+        if limit is not None and (len(kept) >= limit or size > KEPT_HEADER_CHARS):
+            omitted += 1
+            continue
+        kept.append((name, value))
+    return tuple(kept), omitted
 
 
 def json_headers() -> dict[str, str]:
@@ -88,18 +133,29 @@ async def post(
     egress: EgressPolicy,
     proxy: str | None = None,
     targets: TargetCheck | None = None,
+    masked: Collection[str] = (),
 ) -> Result:
     """POST ``body`` once and turn the response (or the failure) into a typed Result.
 
     Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
+    ``masked``: the (lower-case) names of headers whose values are credentials,
+    never noted.
     """
+    sent, _ = kept_headers(headers.items(), masked)
     try:
         check_url_host(url, egress)
         if proxy is not None and targets is not None:
             await targets.check(url)
+        note_exchange(Exchange("POST", url, sent))
         async with session.post(
             url, data=body, headers=headers, allow_redirects=False, proxy=proxy
         ) as resp:
+            # The headers as aiohttp sent them (Host, Content-Length and its own added).
+            sent, _ = kept_headers(resp.request_info.headers.items(), masked)
+            answered, omitted = kept_headers(
+                resp.headers.items(), MASKED_RESPONSE_HEADERS, limit=KEPT_HEADERS
+            )
+            note_exchange(Exchange("POST", url, sent, answered, omitted))
             excerpt = await read_excerpt(resp)
             status = resp.status
             retry_after = None
@@ -191,8 +247,16 @@ class HTTPAdapter(Adapter, Generic[P]):
         self._turn = (self._turn + 1) % len(self._sessions)
         return self._sessions[self._turn]
 
-    async def send(self, url: str, *, body: bytes, headers: Mapping[str, str]) -> Result:
-        """POST ``body`` to ``url`` once; the response (or failure) as a Result."""
+    async def send(
+        self,
+        url: str,
+        *,
+        body: bytes,
+        headers: Mapping[str, str],
+        masked: Collection[str] = (),
+    ) -> Result:
+        """POST ``body`` to ``url`` once; the response (or failure) as a Result.
+        ``masked``: lower-case names of the headers that carry credentials."""
         return await post(
             self.session(),
             url,
@@ -201,6 +265,7 @@ class HTTPAdapter(Adapter, Generic[P]):
             egress=self.ctx.egress,
             proxy=self.proxy,
             targets=self._dial_checks,
+            masked=masked,
         )
 
     async def forget(self, dest_id: str) -> None:

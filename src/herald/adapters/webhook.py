@@ -118,6 +118,9 @@ class WebhookConfig(DestinationConfig):
 class _Prepared:
     url: str
     headers: dict[str, str]
+    masked: frozenset[str]
+    """The custom headers' names, lower-case: ``custom_headers`` is a credential field,
+    so no attempt's record keeps their values."""
     keys: tuple[bytes, ...]
     keys_until: float
     """When the previous secret stops signing (inf when there is none)."""
@@ -145,8 +148,8 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
 
     def prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
         headers = json_headers()
-        if config.custom_headers:
-            headers.update(parse_custom_headers(config.custom_headers))
+        custom = parse_custom_headers(config.custom_headers) if config.custom_headers else {}
+        headers.update(custom)
         keys: list[bytes] = []
         if config.secret:
             keys.append(parse_secret(config.secret))
@@ -156,7 +159,8 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         if previous and time.time() < previous_until:
             keys.append(parse_secret(previous))
             keys_until = previous_until
-        return _Prepared(config.url, headers, tuple(keys), keys_until)
+        masked = frozenset(name.lower() for name in custom)
+        return _Prepared(config.url, headers, masked, tuple(keys), keys_until)
 
     def expires(self, prepared: _Prepared) -> float:
         return prepared.keys_until
@@ -176,4 +180,4 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
             for name in [n for n in headers if n.lower() == "traceparent"]:
                 del headers[name]
             headers["traceparent"] = event.traceparent
-        return await self.send(prep.url, body=body, headers=headers)
+        return await self.send(prep.url, body=body, headers=headers, masked=prep.masked)
