@@ -17,7 +17,8 @@ def test_credentials_are_masked_and_values_cut() -> None:
         {"authorization"},
     )
     assert kept[0] == ("Authorization", MASK)
-    assert len(kept[1][1]) == KEPT_VALUE_CHARS and kept[1][1].endswith("…")
+    assert len(kept[1][1]) == KEPT_VALUE_CHARS
+    assert kept[1][1].endswith("…")
     assert kept[2] == ("webhook-id", "evt_1")
     assert omitted == 0
 
@@ -25,11 +26,13 @@ def test_credentials_are_masked_and_values_cut() -> None:
 def test_response_headers_are_bounded_in_count_and_size() -> None:
     many = [(f"X-H{i}", "v") for i in range(100)]
     kept, omitted = kept_headers(many, set(), limit=32)
-    assert len(kept) == 32 and omitted == 68
+    assert len(kept) == 32
+    assert omitted == 68
     big = [(f"X-H{i}", "v" * KEPT_VALUE_CHARS) for i in range(30)]
     kept, omitted = kept_headers(big, set(), limit=32)
     assert sum(len(n) + len(v) for n, v in kept) <= KEPT_HEADER_CHARS
-    assert len(kept) + omitted == 30 and omitted > 0
+    assert len(kept) + omitted == 30
+    assert omitted > 0
 
 
 def test_an_exchange_is_noted_only_inside_an_attempt() -> None:
@@ -38,7 +41,8 @@ def test_an_exchange_is_noted_only_inside_an_attempt() -> None:
     with noting_exchange() as noted:
         note_exchange(ex)
         note_exchange(Exchange("POST", "https://r.example/h", (), (("c", "d"),)))
-    assert len(noted) == 1 and noted[0].response_headers == (("c", "d"),)
+    assert len(noted) == 1
+    assert noted[0].response_headers == (("c", "d"),)
 
 
 def test_an_attempt_round_trips_with_its_exchange() -> None:
