@@ -35,6 +35,11 @@ LOGO = (
 )
 TENANT = "acme"
 DISPLAY = "Acme Corp"
+WIDER_THAN_390 = """[...document.querySelectorAll("body *")]
+  .filter((e) => e.getBoundingClientRect().right > 390)
+  .map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)
+  .slice(0, 12)"""
+"""What overflows, for the failure message."""
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +196,7 @@ def test_every_portal_page_fits_a_390_px_frame(
         assert response is not None
         assert response.status == 200, path
         width = page.evaluate("document.documentElement.scrollWidth")
-        wide = page.evaluate(
-            "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 390)"
-            ".map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 12)"
-        )
+        wide = page.evaluate(WIDER_THAN_390)
         assert width <= 390, f"{path} is {width} px wide: {wide}"
     # The navigation wraps rather than leaving tabs out of reach.
     for tab in ("Overview", "Deliveries", "Replays", "Destinations", "Events"):
