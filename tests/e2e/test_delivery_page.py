@@ -165,6 +165,10 @@ def test_the_request_and_response_of_an_attempt_and_a_curl_that_verifies(
     assert header_value(page, "Response headers", "X-Receiver") == "kept"
     assert header_value(page, "Response headers", "Set-Cookie") == "********"
     expect(sent.locator("pre.excerpt")).to_contain_text('"ok": true')
+    # Masked before it was stored: no attempt's record holds the credential.
+    stored = herald.query("SELECT exchange FROM herald_attempts WHERE exchange IS NOT NULL")
+    assert stored
+    assert not [row for row in stored if "very-secret-token" in row[0]]
     content = page.content()
     assert "very-secret-token" not in content
     assert "receiver-session" not in content
