@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import shlex
 
+import orjson
+
 from herald.adapters.base import MASK, note_exchange, noting_exchange
 from herald.adapters.httpdelivery import KEPT_HEADER_CHARS, KEPT_VALUE_CHARS, kept_headers
 from herald.console.sent import curl_command
-from herald.model import Attempt, Exchange, Outcome
+from herald.model import Attempt, AttemptRecord, DeliveryStatus, Exchange, Outcome
 from herald.store.rows import attempt_from_row, attempt_to_row
+from herald.workers import decode_record, encode_record
 
 
 def test_credentials_are_masked_and_values_cut() -> None:
@@ -65,3 +68,12 @@ def test_curl_quotes_every_part_and_keeps_the_body_byte_for_byte() -> None:
     assert words[:4] == ["curl", "-X", "POST", "https://r.example/h?a=1&b=2"]
     assert words[4:6] == ["-H", "webhook-id: evt_1"]  # Host and Content-Length: curl's own
     assert words[6:] == ["--data-binary", body.decode()]
+
+
+def test_an_exchange_crosses_the_worker_pipe() -> None:
+    """Attempt processes send records back over a pipe: what was sent goes with them."""
+    ex = Exchange("POST", "https://r.example/h", (("webhook-id", "evt_1"),), (("a", "b"),), 2)
+    a = Attempt("att_1", "dlv_1", 1, 1.0, 2.0, Outcome.SUCCESS, 200, exchange=ex)
+    record = AttemptRecord(a, DeliveryStatus.SUCCESS, None)
+    _, back, _ = decode_record(orjson.loads(encode_record(record, "webhook")))
+    assert back.attempt == a
