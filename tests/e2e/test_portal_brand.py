@@ -201,3 +201,14 @@ def test_every_portal_page_fits_a_390_px_frame(
     # The navigation wraps rather than leaving tabs out of reach.
     for tab in ("Overview", "Deliveries", "Replays", "Destinations", "Events"):
         assert page.get_by_role("link", name=tab, exact=True).first.is_visible()
+    # And the page a user without a session lands on.
+    page.request.post("/portal/logout", form={"csrf_token": csrf(page)})
+    landing = page.goto("/portal/login?refused=token_expired")
+    assert landing is not None
+    assert landing.status == 401
+    expect(page.locator("header .brand")).to_have_text(NAME)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def csrf(page: Page) -> str:
+    return str(page.locator("input[name=csrf_token]").first.get_attribute("value"))

@@ -26,6 +26,12 @@ def test_credentials_are_masked_and_values_cut() -> None:
     assert omitted == 0
 
 
+def test_a_long_credential_name_is_masked_before_it_is_cut() -> None:
+    long = "X-" + "a" * 100
+    kept, _ = kept_headers([(long, "secret")], {long.lower()})
+    assert kept == ((long[:64], MASK),)
+
+
 def test_response_headers_are_bounded_in_count_and_size() -> None:
     many = [(f"X-H{i}", "v") for i in range(100)]
     kept, omitted = kept_headers(many, set(), limit=32)

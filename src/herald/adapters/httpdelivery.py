@@ -74,9 +74,9 @@ def kept_headers(
     most that many, within :data:`KEPT_HEADER_CHARS`. Also how many were left out."""
     kept: list[tuple[str, str]] = []
     size = omitted = 0
-    for name, value in headers:
-        name = name[:64]
-        if name.lower() in masked:
+    for full, value in headers:
+        name = full[:64]
+        if full.lower() in masked:
             value = MASK
         elif len(value) > KEPT_VALUE_CHARS:
             value = value[: KEPT_VALUE_CHARS - 1] + "…"
