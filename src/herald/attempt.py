@@ -14,7 +14,7 @@ from dataclasses import replace
 import structlog
 
 from herald import tracing
-from herald.adapters.base import Result
+from herald.adapters.base import Result, noting_exchange
 from herald.catalog import Catalog
 from herald.ids import new_id
 from herald.model import (
@@ -23,6 +23,7 @@ from herald.model import (
     DeliveryKind,
     DeliveryStatus,
     DueDelivery,
+    Exchange,
     Outcome,
 )
 from herald.retry import RetryPolicy
@@ -55,14 +56,17 @@ async def attempt(
         )
         if sent != event.traceparent:
             event = replace(event, traceparent=sent)
+    noted: list[Exchange] = []
     if entry is None:
         result = Result.permanent("destination no longer exists")
     elif entry.config is None:
         result = Result.permanent(f"stored destination config is invalid: {entry.error}")
     else:
         try:
-            async with asyncio.timeout(entry.adapter.timeout):
-                result = await entry.adapter.deliver(entry.dest, entry.config, event)
+            # What went out is noted as it goes: a timeout still leaves the request.
+            with noting_exchange() as noted:
+                async with asyncio.timeout(entry.adapter.timeout):
+                    result = await entry.adapter.deliver(entry.dest, entry.config, event)
         except TimeoutError:
             result = Result(
                 Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
@@ -89,6 +93,7 @@ async def attempt(
         response_status=result.status,
         error=error,
         response_excerpt=excerpt,
+        exchange=noted[-1] if noted else None,
     )
     if span is not None:
         tracing.finish(

@@ -100,7 +100,42 @@ def _check_origin(value: str) -> str:
     return value
 
 
+LOGO_DATA = re.compile(r"data:image/(png|gif|jpeg|webp|svg\+xml);base64,[A-Za-z0-9+/]+={0,2}")
+MAX_LOGO_CHARS = 65_536
+_ACCENT = re.compile(r"#[0-9a-fA-F]{3}(?:[0-9a-fA-F]{3})?")
+
+
+def _check_logo(value: str) -> str:
+    """A same-origin path or an image ``data:`` URL: what the portal's CSP
+    (``img-src 'self' data:``) lets a page load, and nothing that breaks out of it."""
+    if len(value) > MAX_LOGO_CHARS:
+        raise ValueError(f"must be at most {MAX_LOGO_CHARS} characters")
+    same_origin = (
+        value.startswith("/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and value.isprintable()
+        and " " not in value
+    )
+    if not same_origin and not LOGO_DATA.fullmatch(value):
+        raise ValueError(
+            "must be a path on Herald's own origin (/brand/logo.svg) or a"
+            " data:image/png|gif|jpeg|webp|svg+xml;base64,… URL; another site's"
+            " image is refused by the portal's Content-Security-Policy"
+        )
+    return value
+
+
+def _check_accent(value: str) -> str:
+    if not _ACCENT.fullmatch(value):
+        raise ValueError("must be a colour as #rgb or #rrggbb")
+    return value
+
+
 # As field types the checks run only on a value that is set: ``X | None`` skips None.
+LogoUrl = Annotated[str, AfterValidator(_check_logo)]
+AccentColor = Annotated[str, AfterValidator(_check_accent)]
+TenantName = Annotated[str, Field(min_length=1, max_length=200)]
 ProxyUrl = Annotated[str, AfterValidator(_check_proxy)]
 EncryptionKey = Annotated[SecretStr, AfterValidator(_check_key)]
 IpAddresses = Annotated[tuple[str, ...], _every(ipaddress.ip_address, "an IP address")]
@@ -337,6 +372,18 @@ class ConsoleSettings(_Section):
     portal_frame_ancestors: Origins = ()
     """Origins (``https://app.example.com``) whose pages may frame the tenant portal;
     empty: the portal cannot be framed. The console never can."""
+    portal_name: str = Field(default="Herald", min_length=1, max_length=80)
+    """The product name the portal shows its tenants (header and page titles)."""
+    portal_logo_url: LogoUrl | None = None
+    """A logo the portal shows beside its name: a path on Herald's own origin
+    (``/brand/logo.svg``, served by the proxy in front) or a ``data:image/…;base64,``
+    URL; nothing else loads under the portal's Content-Security-Policy."""
+    portal_accent_color: AccentColor | None = None
+    """The portal's accent (links, the current tab, focus rings): ``#rgb`` or
+    ``#rrggbb``; none: the console's blue."""
+    tenant_names: dict[str, TenantName] = Field(default_factory=dict, max_length=100_000)
+    """Display names by tenant id (``{ acme = "Acme Corp" }``): the portal names its
+    tenant by this, not by the raw id (a tenant without one is shown its id)."""
 
 
 class LogSettings(_Section):

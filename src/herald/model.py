@@ -145,6 +145,49 @@ class Destination:
         return self.deleted_at is not None
 
 
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """What one HTTP attempt put on the wire and the headers that came back, as recorded:
+    credentials masked and sizes bounded where it was noted (``herald.adapters.base``).
+    The body is not kept: it is the event's envelope, byte for byte."""
+
+    method: str
+    url: str
+    request_headers: Headers
+    response_headers: Headers | None = None
+    """None: no response came (refused, timed out, cut off)."""
+    omitted: int = 0
+    """Response headers left out past the bound."""
+
+    def to_json(self) -> str:
+        return orjson.dumps(
+            {
+                "method": self.method,
+                "url": self.url,
+                "request_headers": self.request_headers,
+                "response_headers": self.response_headers,
+                "omitted": self.omitted,
+            }
+        ).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> Exchange:
+        obj = orjson.loads(text)
+        response = obj.get("response_headers")
+        return cls(
+            method=str(obj["method"]),
+            url=str(obj["url"]),
+            request_headers=tuple((str(n), str(v)) for n, v in obj["request_headers"]),
+            response_headers=None
+            if response is None
+            else tuple((str(n), str(v)) for n, v in response),
+            omitted=int(obj.get("omitted", 0)),
+        )
+
+
 @dataclass(slots=True)
 class Attempt:
     id: str
@@ -156,6 +199,9 @@ class Attempt:
     response_status: int | None = None
     error: str | None = None
     response_excerpt: str | None = None
+    exchange: Exchange | None = None
+    """The HTTP request and response headers, for the HTTP types (None for the others,
+    and for attempts made before Herald recorded them)."""
 
 
 @dataclass(frozen=True, slots=True)

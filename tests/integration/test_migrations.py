@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -83,6 +83,8 @@ async def database_at(
         with monkeypatch.context() as m:  # the migrations it knows, while it opens
             m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
             store = make()
+            if version < 16:
+                unrecorded(store)
             if version < 13:
                 untraced(store)
             if version < 10:  # the relay of a Herald before 0010 read no about_destination
@@ -130,6 +132,26 @@ def untraced(store: Store) -> None:
         await inner(conn, name, [r[:7] for r in rows] if name == "insert_events" else rows)
 
     dialect.insert_many = insert_many
+
+
+def unrecorded(store: Store) -> None:
+    """Make ``store`` a Herald before 0016: its attempts are stored without what they
+    sent (``exchange``, the 10th value of each row, left out)."""
+    dialect = store.dialect
+    queries = dialect._q
+    dialect._q = {
+        **queries,
+        "insert_attempts": queries["insert_attempts"]
+        .replace(", exchange)", ")")
+        .replace(", ?10)", ")")
+        .replace(", $10)", ")"),
+    }
+    inner = dialect.executemany
+
+    async def executemany(conn: Any, name: str, rows: Iterable[Sequence[Any]]) -> None:
+        await inner(conn, name, [r[:9] for r in rows] if name == "insert_attempts" else rows)
+
+    dialect.executemany = executemany
 
 
 def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:

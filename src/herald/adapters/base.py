@@ -16,7 +16,9 @@ from __future__ import annotations
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, final
 from urllib.parse import urlsplit
@@ -27,7 +29,7 @@ from herald.config import MASK as MASK  # what a masked credential reads as
 from herald.config import redact
 from herald.egress import EgressPolicy, TargetCheck, check_target, check_url_host
 from herald.errors import EgressDenied, ValidationError
-from herald.model import Destination, Event, Outcome
+from herald.model import Destination, Event, Exchange, Outcome
 
 if TYPE_CHECKING:
     from herald.config import Settings
@@ -249,6 +251,30 @@ class Result:
         and nothing disables a destination automatically.
         """
         return cls(Outcome.FAILURE_PERMANENT, status=status, error=error, excerpt=excerpt)
+
+
+_noted: ContextVar[list[Exchange] | None] = ContextVar("herald_exchange", default=None)
+
+
+@contextmanager
+def noting_exchange() -> Iterator[list[Exchange]]:
+    """Inside, what an HTTP adapter puts on the wire is noted in the list yielded (the
+    latest only): the engine's record keeps it even when its deadline cancels the
+    attempt after the request went out, which a :class:`Result` could not carry."""
+    box: list[Exchange] = []
+    token = _noted.set(box)
+    try:
+        yield box
+    finally:
+        _noted.reset(token)
+
+
+def note_exchange(exchange: Exchange) -> None:
+    """Note what this attempt sent (and, later, what came back); a no-op outside
+    :func:`noting_exchange`."""
+    box = _noted.get()
+    if box is not None:
+        box[:] = [exchange]
 
 
 class ShuttingDown(Exception):

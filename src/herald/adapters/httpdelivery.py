@@ -12,6 +12,11 @@ Behind the operator's proxy (:class:`Proxy`) the credentials travel as
 ``Proxy-Authorization`` only, never in the URL aiohttp holds, and a proxy's own
 failure reads as a fixed text that names no proxy: library messages quote the
 proxy's URL, and an attempt's error is the tenant's to read.
+
+Every POST notes what it sent (``note_exchange``): the method, the URL and the
+headers, the values of the ones a type names as credentials masked, then the
+headers as aiohttp sent them and the response's headers (bounded, ``Set-Cookie``
+masked) once a response comes. The body is the event's envelope and is not noted.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import base64
 import time
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from ssl import SSLContext
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -29,9 +34,17 @@ import orjson
 from yarl import URL
 
 from herald import __version__
-from herald.adapters.base import Adapter, AdapterContext, PerDestination, Result
+from herald.adapters.base import (
+    MASK,
+    Adapter,
+    AdapterContext,
+    PerDestination,
+    Result,
+    note_exchange,
+)
 from herald.egress import EgressPolicy, GuardedResolver, TargetCheck, check_url_host
 from herald.errors import EgressDenied
+from herald.model import Exchange, Headers
 from herald.timeutil import parse_retry_after
 
 __all__ = [
@@ -42,6 +55,7 @@ __all__ = [
     "TargetCheck",
     "failure",
     "json_headers",
+    "kept_headers",
     "new_session",
     "post",
     "read_body",
@@ -55,6 +69,40 @@ EXCERPT_BYTES = 1024
 RETRYABLE_4XX = frozenset({408, 409, 423, 425, 429})
 
 P = TypeVar("P")
+
+KEPT_HEADERS = 32
+"""Response headers an attempt's record keeps, at most (the rest are counted)."""
+KEPT_HEADER_CHARS = 4096
+"""Characters of the kept response headers, names and values, at most."""
+KEPT_VALUE_CHARS = 256
+"""A kept header value is cut at this many characters."""
+MASKED_RESPONSE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+"""A receiver's session cookie is a credential to the receiver."""
+ALWAYS_MASKED = frozenset({"authorization", "proxy-authorization"})
+"""Request headers whose values no record keeps, whoever set them: a bearer token
+(OAuth2), the operator's proxy credentials on a plain-HTTP request."""
+
+
+def kept_headers(
+    headers: Iterable[tuple[str, str]], masked: Collection[str], *, limit: int | None = None
+) -> tuple[Headers, int]:
+    """``headers`` as a record keeps them: the values of ``masked`` (lower-case names)
+    shown as the mask, each value cut at :data:`KEPT_VALUE_CHARS`; with ``limit`` at
+    most that many, within :data:`KEPT_HEADER_CHARS`. Also how many were left out."""
+    kept: list[tuple[str, str]] = []
+    size = omitted = 0
+    for full, value in headers:
+        name = full[:64]
+        if full.lower() in masked:
+            value = MASK
+        elif len(value) > KEPT_VALUE_CHARS:
+            value = value[: KEPT_VALUE_CHARS - 1] + "…"
+        size += len(name) + len(value)
+        if limit is not None and (len(kept) >= limit or size > KEPT_HEADER_CHARS):
+            omitted += 1
+            continue
+        kept.append((name, value))
+    return tuple(kept), omitted
 
 
 class Proxy(NamedTuple):
@@ -186,9 +234,16 @@ async def post(
     proxy: Proxy | None = None,
     targets: TargetCheck | None = None,
     ssl: SSLContext | None = None,
+    masked: Collection[str] = (),
 ) -> Result:
     """POST ``body`` once (:func:`request`) and turn the response (or the failure) into
-    a typed Result."""
+    a typed Result. ``masked``: the (lower-case) names of headers whose values are
+    credentials, never noted (``Authorization`` and ``Proxy-Authorization`` always are).
+    """
+    hidden = ALWAYS_MASKED.union(masked)
+    sent, _ = kept_headers(headers.items(), hidden)
+    # Noted before the request: a timeout cancels the attempt, and what was sent stays.
+    note_exchange(Exchange("POST", url, sent))
     try:
         async with request(
             session,
@@ -200,6 +255,12 @@ async def post(
             targets=targets,
             ssl=ssl,
         ) as resp:
+            # The headers as aiohttp sent them (Host, Content-Length and its own added).
+            sent, _ = kept_headers(resp.request_info.headers.items(), hidden)
+            answered, omitted = kept_headers(
+                resp.headers.items(), MASKED_RESPONSE_HEADERS, limit=KEPT_HEADERS
+            )
+            note_exchange(Exchange("POST", url, sent, answered, omitted))
             excerpt = await read_excerpt(resp)
             status = resp.status
             retry_after = None
@@ -305,8 +366,10 @@ class HTTPAdapter(Adapter, Generic[P]):
         body: bytes,
         headers: Mapping[str, str],
         ssl: SSLContext | None = None,
+        masked: Collection[str] = (),
     ) -> Result:
-        """POST ``body`` to ``url`` once; the response (or failure) as a Result."""
+        """POST ``body`` to ``url`` once; the response (or failure) as a Result.
+        ``masked``: lower-case names of the headers that carry credentials."""
         return await post(
             self.session(),
             url,
@@ -316,6 +379,7 @@ class HTTPAdapter(Adapter, Generic[P]):
             proxy=self.proxy,
             targets=self._dial_checks,
             ssl=ssl,
+            masked=masked,
         )
 
     async def forget(self, dest_id: str) -> None:

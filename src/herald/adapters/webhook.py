@@ -376,6 +376,9 @@ class WebhookConfig(DestinationConfig):
 class _Prepared:
     url: str
     headers: dict[str, str]
+    masked: frozenset[str]
+    """The custom headers' names, lower-case: ``custom_headers`` is a credential field,
+    so no attempt's record keeps their values."""
     keys: tuple[bytes, ...]
     keys_until: float
     """When the previous secret stops signing (inf when there is none)."""
@@ -428,8 +431,8 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
 
     def prepare(self, dest: Destination, config: WebhookConfig) -> _Prepared:
         headers = json_headers()
-        if config.custom_headers:
-            headers.update(parse_custom_headers(config.custom_headers))
+        custom = parse_custom_headers(config.custom_headers) if config.custom_headers else {}
+        headers.update(custom)
         keys: list[bytes] = []
         if config.secret:
             keys.append(parse_secret(config.secret))
@@ -446,7 +449,8 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
                 del headers[name]
         identity = config.tls_identity()
         context = self._contexts.get(dest.id, identity) if identity is not None else None
-        return _Prepared(config.url, headers, tuple(keys), keys_until, client, context)
+        masked = frozenset(name.lower() for name in custom)
+        return _Prepared(config.url, headers, masked, tuple(keys), keys_until, client, context)
 
     def expires(self, prepared: _Prepared) -> float:
         return prepared.keys_until
@@ -467,7 +471,9 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
                 del headers[name]
             headers["traceparent"] = event.traceparent
         if prep.oauth2 is None:
-            return await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+            return await self.send(
+                prep.url, body=body, headers=headers, ssl=prep.ssl, masked=prep.masked
+            )
         try:
             return await self._send_with_token(dest.id, prep, body=body, headers=headers)
         except TokenError as exc:
@@ -482,13 +488,17 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         assert prep.oauth2 is not None
         token = await self.tokens.get(dest_id, prep.oauth2)
         headers["authorization"] = f"Bearer {token}"
-        result = await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+        result = await self.send(
+            prep.url, body=body, headers=headers, ssl=prep.ssl, masked=prep.masked
+        )
         if result.status != 401:
             return result
         self.tokens.refused(dest_id, token)
         token = await self.tokens.get(dest_id, prep.oauth2)
         headers["authorization"] = f"Bearer {token}"
-        return await self.send(prep.url, body=body, headers=headers, ssl=prep.ssl)
+        return await self.send(
+            prep.url, body=body, headers=headers, ssl=prep.ssl, masked=prep.masked
+        )
 
     async def _fetch_token(self, client: Client) -> tuple[str, float]:
         """Ask ``client``'s token server once, through the webhooks' sessions and egress

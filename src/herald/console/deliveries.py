@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-import orjson
 from aiohttp import web
 
 from herald.console import charts, forms
@@ -32,6 +31,7 @@ from herald.console.pages import (
     render,
     with_notice,
 )
+from herald.console.sent import sent_view
 from herald.errors import HeraldError, NotFound
 from herald.model import DeliveryStatus
 from herald.store.recent import EventSummary
@@ -113,28 +113,23 @@ class DeliveryPages(Pages):
     async def show(self, request: web.Request) -> web.StreamResponse:
         tenant = self.scope(request).tenant_id
         d = await self.service.get_delivery(tenant, request.match_info["id"])
-        envelope = None
         try:
             event = await self.service.get_event(d.tenant_id, d.event_id)
         except NotFound:
             event = None  # purged by retention before its deliveries
-        if event is not None:
-            envelope = pretty(
-                orjson.dumps(
-                    {
-                        "id": event.id,
-                        "type": event.type,
-                        "created_at": event.created_at,
-                        "data": orjson.Fragment(event.data),
-                    }
-                )
-            )
+        # The body every attempt sent: the stored event's envelope, byte for byte.
+        body = None if event is None else event.envelope()
         names = await self.destination_names(tenant, [d.destination_id])
         view = self.delivery_item(d, names, with_attempts=True)
         return render(
             "delivery.html",
             request,
-            {"d": view, "envelope": envelope, "retryable": d.kind.value == "event"},
+            {
+                "d": view,
+                "envelope": None if body is None else pretty(body),
+                "sent": [sent_view(a, body) for a in reversed(d.attempts)],
+                "retryable": d.kind.value == "event",
+            },
         )
 
     async def retry(self, request: web.Request) -> web.StreamResponse:

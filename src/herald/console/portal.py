@@ -24,7 +24,7 @@ from aiohttp import web
 from herald.api.ratelimit import RateLimiter
 from herald.config import ConsoleSettings
 from herald.console.pages import limited, redirect, render, with_notice
-from herald.console.scope import REQUEST_ID, SCOPE, Face, Scope
+from herald.console.scope import REQUEST_ID, SCOPE, Brand, Face, Scope
 from herald.console.session import clear_cookie, csrf_for, set_cookie
 from herald.tokens import TokenRefused, Tokens
 
@@ -50,6 +50,11 @@ def portal_face(settings: ConsoleSettings) -> Face:
         every_tenant=False,
         cookie=COOKIE,
         frame_ancestors=settings.portal_frame_ancestors,
+        brand=Brand(
+            name=settings.portal_name,
+            logo=settings.portal_logo_url,
+            accent=settings.portal_accent_color,
+        ),
     )
 
 
@@ -116,7 +121,7 @@ class PortalDoor:
         return Scope(
             tenant_id=tenant,
             by=f"portal:{tenant}",
-            who=f"tenant {tenant}",
+            who=self.settings.tenant_names.get(tenant) or f"tenant {tenant}",
             csrf=csrf_for(secret),
             session=secret,
         )

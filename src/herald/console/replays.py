@@ -31,11 +31,26 @@ REFRESH_SECONDS = 2
 """A replay's page reloads itself this often while anything of it is pending."""
 
 
-def progress_view(replay: Replay, *, running: bool) -> dict[str, Any]:
+def made_by(by: str, tenant_id: str | None) -> str:
+    """Who made a replay, as a page of ``tenant_id``'s portal says it: the tenant's own
+    portal session or API key, or else "the operator" (never ``cli:<user>`` nor
+    ``console:<key id>``: no operator identity is shown to a tenant). An operator
+    (``tenant_id`` None) reads the audit actor itself."""
+    if tenant_id is None:
+        return by
+    if by == f"portal:{tenant_id}":
+        return "you, in this portal"
+    if by == f"api:{tenant_id}":
+        return "your API key"
+    return "the operator"
+
+
+def progress_view(replay: Replay, *, running: bool, tenant_id: str | None) -> dict[str, Any]:
     """A replay as its pages show it: the API's view, with where it stands in words
-    (``re-queuing``, ``cut short``, ``interrupted``, ``delivering``, ``done``) and
-    how far its re-queue got, in percent."""
+    (``re-queuing``, ``cut short``, ``interrupted``, ``delivering``, ``done``), how far
+    its re-queue got, in percent, and who made it as ``tenant_id``'s scope may read."""
     view = replay_view(replay)
+    view["by"] = made_by(replay.by, tenant_id)
     if replay.finished_at is None:
         # Not finished and not running here: its process died, or (PostgreSQL) another
         # instance runs it.
@@ -76,7 +91,9 @@ class ReplayPages(Pages):
             scope.tenant(filters["tenant"]), before_id=q.get("cursor") or None, limit=PAGE_SIZE
         )
         running = set(self.replayer.running)
-        items = [progress_view(r, running=r.id in running) for r in found]
+        items = [
+            progress_view(r, running=r.id in running, tenant_id=scope.tenant_id) for r in found
+        ]
         names = await self._filter_names(scope.tenant_id, found)
         return self.list_page(
             request,
@@ -142,10 +159,9 @@ class ReplayPages(Pages):
         return redirect(f"{base(request)}/replays/{replay.id}")
 
     async def show(self, request: web.Request) -> web.StreamResponse:
-        replay = await self.service.replays.get(
-            self.scope(request).tenant_id, request.match_info["id"]
-        )
-        view = progress_view(replay, running=replay.id in self.replayer.running)
+        tenant = self.scope(request).tenant_id
+        replay = await self.service.replays.get(tenant, request.match_info["id"])
+        view = progress_view(replay, running=replay.id in self.replayer.running, tenant_id=tenant)
         refresh = view["state"] in ("re-queuing", "delivering")
         names = await self._filter_names(self.scope(request).tenant_id, [replay])
         return render(

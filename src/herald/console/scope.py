@@ -15,6 +15,19 @@ from aiohttp import web
 
 
 @dataclass(frozen=True, slots=True)
+class Brand:
+    """How a face presents itself: the portal's are the operator's settings
+    (``console.portal_name``, ``portal_logo_url``, ``portal_accent_color``), checked at
+    config load; the console is always Herald's."""
+
+    name: str = "Herald"
+    logo: str | None = None
+    """A same-origin path or an image ``data:`` URL."""
+    accent: str | None = None
+    """``#rgb`` or ``#rrggbb``, set in a nonce'd ``<style>`` of each page."""
+
+
+@dataclass(frozen=True, slots=True)
 class Face:
     """One mount of the UI: ``/console`` for operators, ``/portal`` for one tenant."""
 
@@ -26,15 +39,19 @@ class Face:
     """The session cookie's name (scoped to ``prefix``)."""
     frame_ancestors: tuple[str, ...] = ()
     """Origins that may frame these pages; none: the pages can never be framed."""
+    brand: Brand = Brand()
 
     def csp(self, nonce: str) -> str:
-        """The Content-Security-Policy of every page: no inline script without the
-        response's nonce, no eval, nothing from elsewhere, framing as configured."""
+        """The Content-Security-Policy of every page: no inline script or style without
+        the response's nonce, no eval, nothing from elsewhere (but a ``data:`` logo),
+        framing as configured."""
         frame = " ".join(self.frame_ancestors) if self.frame_ancestors else "'none'"
+        style = f" 'nonce-{nonce}'" if self.brand.accent else ""
+        img = " data:" if self.brand.logo and self.brand.logo.startswith("data:") else ""
         return (
             "default-src 'none'; "
             f"script-src 'self' 'nonce-{nonce}'; "
-            "style-src 'self'; img-src 'self'; connect-src 'self'; "
+            f"style-src 'self'{style}; img-src 'self'{img}; connect-src 'self'; "
             f"form-action 'self'; base-uri 'none'; frame-ancestors {frame}"
         )
 

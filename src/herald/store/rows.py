@@ -20,6 +20,7 @@ from herald.model import (
     Destination,
     DestinationStatus,
     Event,
+    Exchange,
     Instance,
     NewDelivery,
     Outcome,
@@ -35,7 +36,7 @@ DELIVERY_COLUMNS = (
 )
 ATTEMPT_COLUMNS = (
     "id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,"
-    " response_excerpt"
+    " response_excerpt, exchange"
 )
 DESTINATION_COLUMNS = (
     "id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at, deleted_at"
@@ -173,13 +174,16 @@ def attempt_to_row(a: Attempt) -> tuple[Any, ...]:
         a.response_status,
         a.error,
         a.response_excerpt,
+        None if a.exchange is None else a.exchange.to_json(),
     )
 
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
     """:data:`ATTEMPT_COLUMNS` are :class:`Attempt`'s fields, in order (a test holds them)."""
-    attempt = Attempt(*row)
+    attempt = Attempt(*row[:9])
     attempt.outcome = Outcome(attempt.outcome)  # the column holds its value
+    if len(row) > 9 and row[9] is not None:  # the column holds its JSON text
+        attempt.exchange = Exchange.from_json(row[9])
     return attempt
 
 

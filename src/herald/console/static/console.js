@@ -10,3 +10,20 @@ document.addEventListener("DOMContentLoaded", () => {
     el.title = `${when.toLocaleString()} (${exact})`;
   }
 });
+// "Copy as curl": the command is in a <pre> for everyone; with a clipboard, a button copies it.
+document.addEventListener("DOMContentLoaded", () => {
+  if (!navigator.clipboard) return;
+  for (const button of document.querySelectorAll("button.copy[data-copy]")) {
+    const source = document.getElementById(button.dataset.copy);
+    if (!source) continue;
+    button.hidden = false;
+    button.addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText(source.textContent);
+        button.textContent = "Copied";
+      } catch {
+        button.textContent = "Copy failed: select the text above";
+      }
+    });
+  }
+});

@@ -134,8 +134,8 @@ WHERE id = ANY($3) AND lease_owner = $2 AND status = 'pending'
 
 -- insert_attempts --
 INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, outcome,
-  response_status, error, response_excerpt)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING
+  response_status, error, response_excerpt, exchange)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING
 
 -- finish_attempts --
 -- Only a still-pending delivery moves on: one deleted meanwhile keeps its final state
@@ -304,7 +304,7 @@ WHERE d.id = $1 AND ($2::text IS NULL OR d.tenant_id = $2)
 
 -- attempts_of --
 SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,
-  response_excerpt
+  response_excerpt, exchange
 FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
 
 -- _delivery_listing --
