@@ -163,35 +163,67 @@ class Relay:
         else:
             return 0  # destinations keep changing under us: try again on the next pass
         if count:
-            for rej in plan.rejected:
-                log.warning("outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason)
-            for seq, event_id, raw in plan.untraced:
-                log.warning(
-                    "traceparent_ignored",
-                    seq=seq,
-                    event_id=event_id,
-                    reason=traceparent_problem(raw.decode("ascii", "replace")),
-                )
-            if plan.leased:
-                assert self._handoff is not None
-                self._handoff.receive(plan)
-            if wakes_claims(plan, room):
-                self._on_deliveries()
-            self._on_batch(plan)
-            if tracing.enabled():
-                tracing.record(
-                    tracing.RELAY_SPAN,
-                    started=started,
-                    ended=time.time(),
-                    attributes={
-                        "herald.relay.rows": count,
-                        "herald.relay.events": len(plan.events),
-                        "herald.relay.deliveries": len(plan.deliveries),
-                        "herald.relay.rejected": len(plan.rejected),
-                        "herald.relay.handed_over": len(plan.leased),
-                    },
-                )
+            self._committed(plan, room, started, count)
         return count
+
+    async def relay_source(
+        self, source: str, rows: list[OutboxRow]
+    ) -> tuple[RelayPlan, list[OutboxRow]] | None:
+        """Relay rows read from the outbox source ``source`` (``herald.sources``) into
+        Herald's database, as :meth:`run_once` does the built-in outbox's: the plan,
+        and the rows whose events were already stored as they are; None when the
+        destinations kept changing (nothing written: read the rows again)."""
+        started = time.time()
+        for _ in range(10):
+            await self._catalog.refresh()
+            room = self._handoff.room() if self._handoff is not None else None
+            done = await self._store.relay_source(
+                source,
+                rows,
+                functools.partial(self.process, room=room),
+                destinations_version=self._catalog.version,
+            )
+            if done is not None:
+                self._committed(done[0], room, started, len(rows), source=source)
+                return done
+        return None
+
+    def _committed(
+        self, plan: RelayPlan, room: Room | None, started: float, count: int, *, source: str = ""
+    ) -> None:
+        """After a batch's commit: say what was rejected, hand the leased deliveries
+        over, wake the dispatcher, count and trace."""
+        named = {"source": source} if source else {}
+        for rej in plan.rejected:
+            log.warning(
+                "outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason, **named
+            )
+        for seq, event_id, raw in plan.untraced:
+            log.warning(
+                "traceparent_ignored",
+                seq=seq,
+                event_id=event_id,
+                reason=traceparent_problem(raw.decode("ascii", "replace")),
+            )
+        if plan.leased:
+            assert self._handoff is not None
+            self._handoff.receive(plan)
+        if wakes_claims(plan, room):
+            self._on_deliveries()
+        self._on_batch(plan)
+        if tracing.enabled():
+            tracing.record(
+                tracing.RELAY_SPAN,
+                started=started,
+                ended=time.time(),
+                attributes={
+                    "herald.relay.rows": count,
+                    "herald.relay.events": len(plan.events),
+                    "herald.relay.deliveries": len(plan.deliveries),
+                    "herald.relay.rejected": len(plan.rejected),
+                    "herald.relay.handed_over": len(plan.leased),
+                },
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set. Woken when rows may have arrived (PostgreSQL's
@@ -218,7 +250,7 @@ class Relay:
                 count = await retry_storage(
                     self.run_once,
                     on_error=trouble,
-                    sleep=functools.partial(_sleep_unless, stop),
+                    sleep=functools.partial(sleep_unless, stop),
                     until=stop.is_set,
                 )
                 if count is None:
@@ -242,7 +274,8 @@ class Relay:
             self.running = False
 
 
-async def _sleep_unless(stop: asyncio.Event, delay: float) -> None:
+async def sleep_unless(stop: asyncio.Event, delay: float) -> None:
+    """Sleep ``delay`` seconds, or less if ``stop`` is set meanwhile."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=delay)
 
