@@ -5,7 +5,7 @@ events plus one delivery per subscribed destination of the event's tenant;
 the rows are removed. A row that cannot become an event moves to
 ``herald_outbox_rejected`` with its reason and never blocks the rows behind it.
 
-Also the producer helper :func:`publish`, for Python producers on SQLite.
+Also the producer helper :func:`publish`, for Python producers on any DB-API connection.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +40,7 @@ from herald.model import (
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
 from herald.store.base import STALE_CATALOG, EventKey
-from herald.timeutil import format_epoch, now
+from herald.timeutil import format_epoch, now, parse_timestamp
 
 log = structlog.get_logger("herald.relay")
 
@@ -280,8 +280,22 @@ async def sleep_unless(stop: asyncio.Event, delay: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout=delay)
 
 
+_PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": ":{n}"}
+_MYSQL_DRIVERS = frozenset({"pymysql", "MySQLdb", "mysql", "mariadb"})
+
+
+def _driver(conn: Any) -> tuple[str, str]:
+    """The DB-API module a connection comes from, and its placeholder."""
+    name = type(conn).__module__.partition(".")[0]
+    module = sys.modules.get(name)
+    style = getattr(module, "paramstyle", "qmark")
+    if style not in _PLACEHOLDERS:  # "named": every driver that has it has one above too
+        raise ValueError(f"{name}'s paramstyle {style!r} is not supported")
+    return name, _PLACEHOLDERS[style]
+
+
 def publish(
-    conn: sqlite3.Connection,
+    conn: Any,
     type: str,
     data: dict[str, Any],
     *,
@@ -289,11 +303,15 @@ def publish(
     id: str | None = None,
     created_at: str | None = None,
     traceparent: str | None = None,
+    table: str = "herald_outbox",
 ) -> str:
-    """Write one event into ``herald_outbox`` on the producer's own connection.
+    """Write one event into the outbox ``table`` on the producer's own connection: any
+    DB-API connection (sqlite3, psycopg, PyMySQL, mysqlclient), its placeholder taken
+    from the driver's ``paramstyle``.
 
     Call it inside the producer's transaction, next to the business write it
-    announces; Herald picks the row up after the transaction commits.
+    announces; Herald picks the row up after the transaction commits (Herald's own
+    database, or an ``[[outbox.sources]]`` entry's).
     ``traceparent`` (the producer's current W3C trace context) continues its trace
     into the receivers; written as given, an invalid one is dropped by the relay with
     a warning, never the event. Returns the event id.
@@ -304,16 +322,21 @@ def publish(
     event_id = id or new_id("evt_")
     if not event_id.startswith("evt_"):
         raise ValueError("event ids start with 'evt_'")
-    conn.execute(
-        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            event_id,
-            tenant_id,
-            type,
-            orjson.dumps(data).decode(),
-            created_at or format_epoch(now()),
-            traceparent,
-        ),
-    )
+    driver, mark = _driver(conn)
+    stamp = parse_timestamp(created_at) if created_at else None
+    when = stamp.text if stamp else format_epoch(now())
+    if driver in _MYSQL_DRIVERS:
+        # MySQL's DATETIME takes neither the T nor the Z: the same UTC instant, its way.
+        when = when.replace("T", " ").removesuffix("Z")
+    values = (event_id, tenant_id, type, orjson.dumps(data).decode(), when, traceparent)
+    marks = ", ".join(mark.format(n=n) for n in range(1, len(values) + 1))
+    cursor = conn.cursor()
+    try:
+        cursor.execute(
+            f"INSERT INTO {table} (id, tenant_id, type, data, created_at, traceparent)"
+            f" VALUES ({marks})",
+            values,
+        )
+    finally:
+        cursor.close()
     return event_id

@@ -229,6 +229,7 @@ async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
     table(
         [
             (
+                r["source"],
                 r["seq"],
                 r["id"],
                 r["type"],
@@ -237,7 +238,7 @@ async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
             )
             for r in rows
         ],
-        ("seq", "id", "type", "reason", "rejected"),
+        ("source", "seq", "id", "type", "reason", "rejected"),
     )
     return EXIT_OK
 

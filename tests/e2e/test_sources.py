@@ -1,0 +1,169 @@
+"""Outbox sources end to end: a producer writes its business row and its event in one
+transaction of its own database (SQLite, MariaDB, PostgreSQL), and ``herald run``
+(on its embedded SQLite), configured with one ``[[outbox.sources]]`` entry, delivers
+the event to a webhook that verifies its signature."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herald.outbox import publish
+from tests.e2e.conftest import SECRET
+from tests.support.daemon import Herald
+from tests.support.receiver import Receiver
+from tests.support.sources import DIALECTS, Producer, producer_database
+
+pytestmark = pytest.mark.e2e
+
+SOURCE = "shop"
+
+
+@pytest.fixture(params=DIALECTS)
+async def producer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Producer]:
+    async with producer_database(request.param, tmp_path) as p:
+        yield p
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Callable[..., Herald]]:
+    """``herald run`` on its embedded SQLite, reading one outbox source."""
+    made: list[Herald] = []
+
+    def make(producer: Producer, **relay: Any) -> Herald:
+        h = Herald(tmp_path, {"relay": relay} if relay else None)
+        # The config writer knows plain sections only: the source goes in as TOML.
+        with h.config_path.open("a") as fh:
+            fh.write(f"[[outbox.sources]]\nname = {json.dumps(SOURCE)}\n")
+            fh.write(f"url = {json.dumps(producer.url)}\n")
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        if h.proc is not None and h.proc.poll() is None:
+            h.kill()
+
+
+async def started(h: Herald, receiver: Receiver) -> Herald:
+    await h.astart()
+    await h.acreate_webhook(receiver.url, secret=SECRET, events=["order.*"])
+    return h
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def place_order(producer: Producer, total: int, *, commit: bool = True) -> str:
+    """The producer's transaction: a business row and its event, committed or not."""
+    conn = producer.connect()
+    try:
+        if producer.dialect == "sqlite":
+            conn.execute("BEGIN IMMEDIATE")
+        cur = conn.cursor()
+        mark = "?" if producer.dialect == "sqlite" else "%s"
+        cur.execute(f"INSERT INTO orders (total) VALUES ({mark})", (total,))
+        cur.close()
+        event_id = publish(conn, "order.placed", {"total": total})
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+        return event_id
+    finally:
+        conn.close()
+
+
+async def test_committed_delivered_rolled_back_not_bad_row_rejected(
+    daemon: Callable[..., Herald], producer: Producer, receiver: Receiver
+) -> None:
+    h = await started(daemon(producer), receiver)
+    kept = await asyncio.to_thread(place_order, producer, 10)
+    dropped = await asyncio.to_thread(place_order, producer, 20, commit=False)
+    await receiver.wait_for(lambda: kept in receiver.counts(), what="the committed event")
+    [got] = receiver.events("order.placed")
+    assert got.verified, receiver.errors
+    assert got.envelope["data"] == {"total": 10}
+
+    # A bad row (an id that is no event id) is rejected naming its source, and the row
+    # behind it is delivered all the same.
+    mark = "?" if producer.dialect == "sqlite" else "%s"
+    await asyncio.to_thread(
+        producer.run,
+        f"INSERT INTO herald_outbox (id, type, data) VALUES ({mark}, {mark}, {mark})",
+        ("not-an-event-id", "order.placed", "{}"),
+    )
+    behind = await asyncio.to_thread(place_order, producer, 30)
+    await receiver.wait_for(lambda: behind in receiver.counts(), what="the row behind")
+    rejected = (await h.acli_json("outbox", "rejected", "--all-tenants"))["data"]
+    assert [(r["source"], r["id"], r["reason"].split(":")[0]) for r in rejected] == [
+        (SOURCE, "not-an-event-id", "invalid_id")
+    ]
+    table = (await h.acli("outbox", "rejected", "--all-tenants")).stdout
+    assert SOURCE in table
+    assert "not-an-event-id" in table
+    await until(lambda: producer.count() == 0, "the source table to empty")
+    assert dropped not in receiver.counts()
+    assert h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'order.placed'")[0][0] == 2
+    sources = (await h.acli_json("outbox", "sources"))["data"]
+    assert [(s["name"], s["dialect"], s["state"], s["pending"]) for s in sources] == [
+        (SOURCE, producer.dialect, "up", 0)
+    ]
+    assert await h.astop() == 0
+
+
+@pytest.mark.parametrize("producer", ["mysql", "postgresql"], indirect=True)
+async def test_a_lower_seq_committed_last_is_delivered(
+    daemon: Callable[..., Herald], producer: Producer, receiver: Receiver
+) -> None:
+    """Sequence values are taken before commit: the transaction that took the lower one
+    commits after the higher one was relayed, and its event is delivered too."""
+    await started(daemon(producer), receiver)
+    first, second = producer.connect(), producer.connect()
+    try:
+        early = publish(first, "order.placed", {"total": 1})  # the lower seq, held open
+        late = publish(second, "order.placed", {"total": 2})
+        second.commit()
+        await receiver.wait_for(lambda: late in receiver.counts(), what="the higher seq")
+        first.commit()
+        await receiver.wait_for(lambda: early in receiver.counts(), what="the lower seq")
+    finally:
+        first.close()
+        second.close()
+    await until(lambda: producer.count() == 0, "the source table to empty")
+
+
+async def test_kill_9_mid_drain_loses_and_duplicates_nothing(
+    daemon: Callable[..., Herald], producer: Producer, receiver: Receiver
+) -> None:
+    total = 2000
+    # Small batches: the drain takes long enough to be cut in the middle.
+    h = await started(daemon(producer, batch_size=10), receiver)
+    with producer.transaction() as conn:
+        ids = [publish(conn, "order.placed", {"n": i}) for i in range(total)]
+    await until(lambda: producer.count() < total, "the drain to begin", timeout=30)
+    h.kill()
+    assert producer.count() > 0, "killed too late: the drain had ended"
+    await h.astart()
+    await receiver.wait_for(lambda: set(receiver.counts()) >= set(ids), timeout=120, what="all")
+    await until(lambda: producer.count() == 0, "the source table to empty")
+    # One event and one delivery each: a re-read row is known, never a new event.
+    assert h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'order.placed'")[0][0] == total
+    assert (
+        h.query("SELECT COUNT(*) FROM herald_deliveries WHERE event_type = 'order.placed'")[0][0]
+        == total
+    )
+    assert h.query("SELECT COUNT(*) FROM herald_outbox_rejected")[0][0] == 0
+    assert all(r.verified for r in receiver.events()), receiver.errors
+    assert await h.astop() == 0
