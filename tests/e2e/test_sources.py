@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from herald.outbox import publish
+from herald.sourcedb.schema import outbox_ddl
 from tests.e2e.conftest import SECRET
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
@@ -36,12 +38,13 @@ def daemon(tmp_path: Path) -> Iterator[Callable[..., Herald]]:
     """``herald run`` on its embedded SQLite, reading one outbox source."""
     made: list[Herald] = []
 
-    def make(producer: Producer, **relay: Any) -> Herald:
+    def make(producer: Producer, *more: dict[str, str], **relay: Any) -> Herald:
         h = Herald(tmp_path, {"relay": relay} if relay else None)
-        # The config writer knows plain sections only: the source goes in as TOML.
+        # The config writer knows plain sections only: the sources go in as TOML.
         with h.config_path.open("a") as fh:
-            fh.write(f"[[outbox.sources]]\nname = {json.dumps(SOURCE)}\n")
-            fh.write(f"url = {json.dumps(producer.url)}\n")
+            for source in ({"name": SOURCE, "url": producer.url}, *more):
+                fh.write("[[outbox.sources]]\n")
+                fh.writelines(f"{k} = {json.dumps(v)}\n" for k, v in source.items())
         made.append(h)
         return h
 
@@ -166,4 +169,65 @@ async def test_kill_9_mid_drain_loses_and_duplicates_nothing(
     )
     assert h.query("SELECT COUNT(*) FROM herald_outbox_rejected")[0][0] == 0
     assert all(r.verified for r in receiver.events()), receiver.errors
+    assert await h.astop() == 0
+
+
+def scrape(h: Herald) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{h.port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+@pytest.mark.parametrize("producer", ["mysql"], indirect=True)
+async def test_a_source_down_or_wrong_never_stops_the_daemon(
+    daemon: Callable[..., Herald], producer: Producer, receiver: Receiver
+) -> None:
+    """A source whose table is missing, and one whose password is wrong: the daemon is
+    ready and delivers from the good one; each says why once; the missing table, once
+    created, is read."""
+    base = producer.url.rpartition("/")[0]
+    late = {"name": "late", "url": producer.url, "table": "late_outbox"}
+    wrong = {"name": "wrong", "url": base.replace("root@", "nobody:hunter2@") + "/nowhere"}
+    h = await started(daemon(producer, late, wrong), receiver)
+    assert h.get("/readyz")[0] == 200
+
+    def source_up(name: str) -> float | None:
+        return scrape(h).get(f'herald_source_up{{source="{name}"}}')
+
+    await until(lambda: source_up("late") == 0 and source_up("wrong") == 0, "both down")
+    assert source_up(SOURCE) == 1
+    assert scrape(h)['herald_storage_errors_total{component="source"}'] >= 2
+    # The good source delivers meanwhile.
+    kept = await asyncio.to_thread(place_order, producer, 5)
+    await receiver.wait_for(lambda: kept in receiver.counts(), what="the good source's event")
+    shown = await h.acli("outbox", "sources", "--json", check=False)
+    assert shown.returncode == 1  # a source is down
+    listed = {s["name"]: s for s in json.loads(shown.stdout)["data"]}
+    assert (listed[SOURCE]["state"], listed["late"]["state"]) == ("up", "down")
+    assert "late_outbox" in str(listed["late"]["error"])
+    assert listed["wrong"]["state"] == "down"
+    check = await h.acli("check-config", "--check-db", check=False)
+    assert check.returncode == 1, check.stdout
+    assert "outbox source late" in check.stdout
+    for text in (check.stdout, json.dumps(listed), h.log()):
+        assert "hunter2" not in text
+
+    # The missing table appears: the source comes up and its rows are delivered.
+    ddl = outbox_ddl("mysql", "late_outbox")
+    await asyncio.to_thread(producer.run, ddl.strip().removesuffix(";"))
+    with producer.transaction() as conn:
+        event_id = publish(conn, "order.placed", {"total": 7}, table="late_outbox")
+    await receiver.wait_for(lambda: event_id in receiver.counts(), what="the late source's event")
+    await until(lambda: source_up("late") == 1, "the late source up")
+    assert h.get("/readyz")[0] == 200
+    events = [e for e in h.log_events() if e.get("source") == "late"]
+    assert [e["event"] for e in events if e["event"].startswith("source_")][:2] == [
+        "source_down",
+        "source_up",
+    ], "one line per change of state, not one per retry"
     assert await h.astop() == 0

@@ -35,6 +35,7 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
 
     found = await preflight(settings, check_db=getattr(args, "check_db", False))
     verdict = "OK: herald run would start with this configuration"
+    down = [s for s in found.sources or () if s["state"] != "up"]
     if getattr(args, "json", False):
         print_json(
             {
@@ -43,10 +44,11 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
                 "retry_schedule_seconds": found.retry_schedule,
                 "listen": found.listen,
                 "database": found.database,
-                "ok": True,
+                "sources": found.sources,
+                "ok": not down,
             }
         )
-        return EXIT_OK
+        return EXIT_FAILED if down else EXIT_OK
     schedule = found.retry_schedule
     print_json(masked(settings))
     print()
@@ -61,6 +63,13 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
     print(f"api.listen: {found.listen}")
     if found.database is not None:
         print(f"database: {found.database}")
+    for s in found.sources or ():
+        state = f"{s['pending']} rows waiting" if s["state"] == "up" else f"DOWN: {s['error']}"
+        print(f"outbox source {s['name']} ({s['dialect']}, table {s['table']}): {state}")
+    if down:
+        # It would start (a source that is down never stops it), but not relay those.
+        print(f"FAILED: {len(down)} outbox source(s) cannot be read; herald run would start")
+        return EXIT_FAILED
     print(verdict)
     return EXIT_OK
 

@@ -9,13 +9,15 @@ driver is the ``mysql`` extra). Driver errors become :class:`SourceError` here.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import time
 
-from herald.config import SourceSettings
+from herald.config import SourceSettings, mask_secrets
 from herald.errors import ConfigError
 from herald.sourcedb.base import SourceDB, SourceError
 
-__all__ = ["SourceDB", "SourceError", "check_driver", "open_source"]
+__all__ = ["SourceDB", "SourceError", "check_driver", "open_source", "probe"]
 
 _DRIVERS = {"mysql": ("aiomysql", "pip install 'herald[mysql]'")}
 
@@ -45,3 +47,34 @@ def open_source(source: SourceSettings) -> SourceDB:
     from herald.sourcedb.sqlite import SQLiteSource
 
     return SQLiteSource(source)
+
+
+PROBE_TIMEOUT_SECONDS = 15
+
+
+async def probe(source: SourceSettings) -> dict[str, object]:
+    """``source`` as this process finds it now: ``state`` ``up`` (its table readable,
+    with the rows waiting and the oldest one's age) or ``down`` with the ``error``."""
+    out: dict[str, object] = {
+        "name": source.name,
+        "dialect": source.dialect,
+        "url": mask_secrets(source.url),
+        "table": source.table,
+        "state": "up",
+        "error": None,
+        "pending": None,
+        "lag_seconds": None,
+    }
+    db = open_source(source)
+    try:
+        await asyncio.wait_for(db.open(), PROBE_TIMEOUT_SECONDS)
+        pending, oldest = await asyncio.wait_for(db.stats(), PROBE_TIMEOUT_SECONDS)
+        out["pending"] = pending
+        out["lag_seconds"] = 0.0 if oldest is None else round(max(0.0, time.time() - oldest), 3)
+    except SourceError as exc:
+        out["state"], out["error"] = "down", exc.message
+    except TimeoutError:
+        out["state"], out["error"] = "down", "timed out"
+    finally:
+        await db.shutdown()
+    return out
