@@ -19,6 +19,7 @@ from herald.outbox import publish
 from herald.sourcedb.schema import outbox_ddl
 from tests.e2e.conftest import SECRET
 from tests.support.daemon import Herald
+from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.receiver import Receiver
 from tests.support.sources import DIALECTS, Producer, producer_database
 
@@ -231,3 +232,59 @@ async def test_a_source_down_or_wrong_never_stops_the_daemon(
         "source_up",
     ], "one line per change of state, not one per retry"
     assert await h.astop() == 0
+
+
+@pytest.mark.parametrize("producer", ["mysql"], indirect=True)
+async def test_one_instance_relays_a_source_and_another_takes_it_over(
+    tmp_path: Path, producer: Producer, receiver: Receiver
+) -> None:
+    """Two instances on PostgreSQL share one MariaDB source: one relays it under the
+    lease; kill -9 that one and the other takes the source over, nothing lost."""
+    url = await create_postgres_database()
+    instances = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            h = Herald(tmp_path / name, {"relay": {"batch_size": 10}}, database_url=url)
+            with h.config_path.open("a") as fh:
+                fh.write(f'[[outbox.sources]]\nname = "{SOURCE}"\nurl = "{producer.url}"\n')
+            if name == "b":  # one encryption key for both: they share the credentials
+                (tmp_path / "b" / "herald.key").write_bytes(
+                    (tmp_path / "a" / "herald.key").read_bytes()
+                )
+            await h.astart()
+            instances.append(h)
+        a, b = instances
+        await a.acreate_webhook(receiver.url, secret=SECRET, events=["order.*"])
+
+        def holder() -> Herald | None:
+            rows = a.query("SELECT owner FROM herald_source_leases WHERE source = ?", (SOURCE,))
+            pid = int(str(rows[0][0]).split(":")[1]) if rows else None
+            return next((h for h in instances if h.proc is not None and h.proc.pid == pid), None)
+
+        await until(lambda: holder() is not None, "a lease holder")
+        first = await asyncio.to_thread(place_order, producer, 1)
+        await receiver.wait_for(lambda: first in receiver.counts(), what="the first event")
+        relaying = holder()
+        assert relaying is not None
+        other = b if relaying is a else a
+        total = 500
+        with producer.transaction() as conn:
+            ids = [publish(conn, "order.placed", {"n": i}) for i in range(total)]
+        await until(lambda: producer.count() < total, "the drain to begin", timeout=30)
+        relaying.kill()
+        await receiver.wait_for(
+            lambda: set(receiver.counts()) >= set(ids), timeout=90, what="every event"
+        )
+        await until(lambda: producer.count() == 0, "the source table to empty")
+        assert holder() is other
+        assert (
+            other.query("SELECT COUNT(*) FROM herald_events WHERE type = 'order.placed'")[0][0]
+            == total + 1
+        )
+        assert await other.astop() == 0
+    finally:
+        for h in instances:
+            if h.proc is not None and h.proc.poll() is None:
+                h.kill()
+        await drop_postgres_database(url)
