@@ -277,6 +277,7 @@ class Daemon:
             wake=parts.changed,
             limiters=limiters,
             replayer=parts.replayer,
+            sources=lambda: [reader.state.as_dict() for reader in parts.sources],
         )
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]

@@ -18,6 +18,7 @@ import pytest
 from herald.outbox import publish
 from herald.sourcedb.schema import outbox_ddl
 from tests.e2e.conftest import SECRET
+from tests.e2e.test_console_http import Client
 from tests.support.daemon import Herald
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.receiver import Receiver
@@ -215,7 +216,16 @@ async def test_a_source_down_or_wrong_never_stops_the_daemon(
     check = await h.acli("check-config", "--check-db", check=False)
     assert check.returncode == 1, check.stdout
     assert "outbox source late" in check.stdout
-    for text in (check.stdout, json.dumps(listed), h.log()):
+    # The console's overview says which source is down and why; its rejected rows page
+    # names each row's source.
+    console = Client(h)
+    assert console.sign_in((await h.acli("keys", "create", "--operator")).stdout.strip()) == 303
+    status, page = await asyncio.to_thread(console.request, "/console/")
+    assert status == 200
+    assert 'id="sources"' in page
+    assert "late_outbox" in page
+    assert "down" in page
+    for text in (check.stdout, json.dumps(listed), h.log(), page):
         assert "hunter2" not in text
 
     # The missing table appears: the source comes up and its rows are delivered.
