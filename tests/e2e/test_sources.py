@@ -22,7 +22,7 @@ from tests.e2e.test_console_http import Client
 from tests.support.daemon import Herald
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.receiver import Receiver
-from tests.support.sources import DIALECTS, Producer, producer_database
+from tests.support.sources import DIALECTS, Producer, ThrowawayMariaDB, producer_database
 
 pytestmark = pytest.mark.e2e
 
@@ -298,3 +298,50 @@ async def test_one_instance_relays_a_source_and_another_takes_it_over(
             if h.proc is not None and h.proc.poll() is None:
                 h.kill()
         await drop_postgres_database(url)
+
+
+async def test_a_source_outage_loses_nothing(
+    tmp_path: Path, daemon: Callable[..., Herald], receiver: Receiver
+) -> None:
+    """A throwaway MariaDB server stops in the middle of a drain and comes back: every
+    event is delivered once, ``herald_source_up`` goes 0 then 1."""
+    server = ThrowawayMariaDB(tmp_path / "mariadb")
+    (tmp_path / "mariadb").mkdir()
+    await asyncio.to_thread(server.install)
+    await asyncio.to_thread(server.start)
+    try:
+        producer = await asyncio.to_thread(server.producer)
+        h = await started(daemon(producer, batch_size=10), receiver)
+
+        def source_up() -> float | None:
+            return scrape(h).get(f'herald_source_up{{source="{SOURCE}"}}')
+
+        await until(lambda: source_up() == 1, "the source up")
+        total = 1000
+        with producer.transaction() as conn:
+            before = [publish(conn, "order.placed", {"n": i}) for i in range(total)]
+        await until(lambda: producer.count() < total, "the drain to begin", timeout=30)
+        await asyncio.to_thread(server.stop)
+        await until(lambda: source_up() == 0, "the source down")
+        errors = scrape(h)['herald_storage_errors_total{component="source"}']
+        await until(
+            lambda: scrape(h)['herald_storage_errors_total{component="source"}'] > errors,
+            "a retry while it is down",
+        )
+        assert h.get("/readyz")[0] == 200
+        await asyncio.to_thread(server.start)
+        with producer.transaction() as conn:
+            after = [publish(conn, "order.placed", {"n": total + i}) for i in range(10)]
+        await receiver.wait_for(
+            lambda: set(receiver.counts()) >= {*before, *after}, timeout=120, what="every event"
+        )
+        await until(lambda: source_up() == 1, "the source up again")
+        await until(lambda: producer.count() == 0, "the source table to empty")
+        assert (
+            h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'order.placed'")[0][0]
+            == total + 10
+        )
+        assert h.query("SELECT COUNT(*) FROM herald_outbox_rejected")[0][0] == 0
+        assert await h.astop() == 0
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -9,7 +9,10 @@ PostgreSQL is a fresh database on the test server (``tests/support/databases.py`
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from herald.sourcedb.schema import outbox_ddl
+from tests.support.daemon import free_port
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.required import unavailable
 
@@ -25,11 +29,13 @@ MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 MARIADB_URL = "mysql://root@127.0.0.1:3306"
 
 
-def _mysql(database: str | None = None) -> Any:
+def _mysql(database: str | None = None, port: int = 3306) -> Any:
     import pymysql
 
     try:
-        return pymysql.connect(**MARIADB, database=database, autocommit=True, connect_timeout=5)
+        return pymysql.connect(
+            **{**MARIADB, "port": port}, database=database, autocommit=True, connect_timeout=5
+        )
     except pymysql.err.OperationalError as exc:
         unavailable(f"MariaDB at 127.0.0.1:3306 (root, no password) is not reachable: {exc}")
 
@@ -53,11 +59,14 @@ def _split(sql: str) -> list[str]:
 class Producer:
     """One producer's database: ``url`` for Herald, ``connect()`` for the producer."""
 
-    def __init__(self, dialect: str, url: str, *, path: Path | None = None, db: str = "") -> None:
+    def __init__(
+        self, dialect: str, url: str, *, path: Path | None = None, db: str = "", port: int = 3306
+    ) -> None:
         self.dialect = dialect
         self.url = url
         self.path = path
         self.db = db
+        self.port = port
 
     def connect(self) -> Any:
         """A new DB-API connection, outside any transaction until the caller opens one."""
@@ -67,7 +76,7 @@ class Producer:
             conn.execute("PRAGMA busy_timeout = 10000")
             return conn
         if self.dialect == "mysql":
-            conn = _mysql(self.db)
+            conn = _mysql(self.db, self.port)
             conn.autocommit(False)
             return conn
         import psycopg
@@ -145,3 +154,83 @@ async def producer_database(dialect: str, directory: Path) -> AsyncIterator[Prod
         yield p
     finally:
         await drop_postgres_database(url)
+
+
+class ThrowawayMariaDB:
+    """A MariaDB server of the test's own (``mariadb-install-db`` into a directory, its
+    own port, no grant checks), which the test may stop and start again."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def install(self) -> None:
+        tool = shutil.which("mariadb-install-db")
+        if tool is None:
+            unavailable("mariadb-install-db is missing (make services installs mariadb-server)")
+        subprocess.run(
+            [
+                tool,
+                "--no-defaults",
+                f"--datadir={self.dir / 'data'}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def start(self, timeout: float = 60) -> None:
+        server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+        with (self.dir / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    server,
+                    "--no-defaults",
+                    f"--datadir={self.dir / 'data'}",
+                    "--user=root",
+                    f"--port={self.port}",
+                    "--bind-address=127.0.0.1",
+                    f"--socket={self.dir / 'mysqld.sock'}",
+                    f"--pid-file={self.dir / 'mysqld.pid'}",
+                    "--skip-grant-tables",
+                    "--innodb-buffer-pool-size=16M",
+                    "--innodb-log-file-size=16M",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        import pymysql
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pymysql.connect(
+                    host="127.0.0.1", port=self.port, user="root", connect_timeout=2
+                ).close()
+                return
+            except pymysql.err.OperationalError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"throwaway mariadbd did not start: {(self.dir / 'server.log').read_text()}"
+                    ) from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+    def producer(self, name: str = "shop") -> Producer:
+        import pymysql
+
+        admin = pymysql.connect(host="127.0.0.1", port=self.port, user="root", autocommit=True)
+        admin.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        admin.close()
+        p = Producer("mysql", f"mysql://root@127.0.0.1:{self.port}/{name}", db=name, port=self.port)
+        p.setup()
+        return p
