@@ -108,12 +108,12 @@ def test_a_mysql_source_without_its_driver_says_what_to_install(
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "aiomysql" else real(name)
+        importlib.util, "find_spec", lambda name, *a: None if name == "asyncmy" else real(name)
     )
     with pytest.raises(ConfigError) as err:
         check_driver(source())
     assert err.value.message == (
-        "outbox source 'shop': a mysql:// source needs the aiomysql driver:"
+        "outbox source 'shop': a mysql:// source needs the asyncmy driver:"
         " pip install 'herald[mysql]'"
     )
     check_driver(source(url="sqlite:///x.db"))  # nothing to install
@@ -127,7 +127,16 @@ def test_statements_follow_the_tables_names() -> None:
         "SELECT `seq`, `event_id`, NULL, `type`, `payload`, `created_at`, `traceparent`"
         " FROM `app`.`outbox` ORDER BY `seq` LIMIT %s"
     )
-    assert db.delete_statement(3) == "DELETE FROM `app`.`outbox` WHERE `seq` IN (%s, %s, %s)"
+    assert db.delete_statement([9, 3, 4]) == (
+        "DELETE FROM `app`.`outbox` WHERE `seq` IN (%s, %s, %s)",
+        [3, 4, 9],
+    )
+    # Without a gap, one range: no other row can be in it.
+    assert db.delete_statement([5, 3, 4]) == (
+        "DELETE FROM `app`.`outbox` WHERE `seq` BETWEEN %s AND %s",
+        [3, 5],
+    )
+    assert db.delete_statement([7]) == ("DELETE FROM `app`.`outbox` WHERE `seq` IN (%s)", [7])
     pg = open_source(source(url="postgresql://db/shop", columns={"created_at": ""}))
     assert pg.select_sql.endswith(
         'NULL, "traceparent" FROM "herald_outbox" ORDER BY "seq" LIMIT $1'

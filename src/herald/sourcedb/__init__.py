@@ -19,7 +19,7 @@ from herald.sourcedb.base import SourceDB, SourceError
 
 __all__ = ["SourceDB", "SourceError", "check_driver", "open_source", "probe"]
 
-_DRIVERS = {"mysql": ("aiomysql", "pip install 'herald[mysql]'")}
+_DRIVERS = {"mysql": ("asyncmy", "pip install 'herald[mysql]'")}
 
 
 def check_driver(source: SourceSettings) -> None:

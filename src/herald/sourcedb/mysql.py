@@ -1,4 +1,4 @@
-"""A MySQL 8.0+ or MariaDB 10.6+ source, through aiomysql (the ``mysql`` extra).
+"""A MySQL 8.0+ or MariaDB 10.6+ source, through asyncmy (the ``mysql`` extra).
 
 Polled: MySQL has no notification a client can wait on. The connection runs in
 autocommit mode, so that each read sees every commit made before it (a transaction
@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import aiomysql
-import pymysql
+import asyncmy
+from asyncmy.errors import MySQLError
 
 from herald.config import mask_secrets
 from herald.model import OutboxRow
@@ -29,7 +29,7 @@ class MySQLSource(SourceDB):
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
-        self._conn: aiomysql.Connection | None = None
+        self._conn: asyncmy.Connection | None = None
 
     @staticmethod
     def param(n: int) -> str:
@@ -39,7 +39,7 @@ class MySQLSource(SourceDB):
     async def _errors(self) -> AsyncIterator[None]:
         try:
             yield
-        except (pymysql.err.MySQLError, OSError, TimeoutError) as exc:
+        except (MySQLError, OSError, TimeoutError) as exc:
             await self.close()
             raise SourceError(_describe(exc)) from exc
 
@@ -47,12 +47,12 @@ class MySQLSource(SourceDB):
         parts = urlsplit(self.settings.url)
         async with self._errors():
             self._conn = await asyncio.wait_for(
-                aiomysql.connect(
+                asyncmy.connect(
                     host=parts.hostname or "localhost",
                     port=parts.port or 3306,
                     user=unquote(parts.username or "root"),
                     password=unquote(parts.password or ""),
-                    db=unquote(parts.path.lstrip("/")),
+                    database=unquote(parts.path.lstrip("/")),
                     autocommit=True,
                     charset="utf8mb4",
                     connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -79,7 +79,7 @@ class MySQLSource(SourceDB):
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
-            await self._query(self.delete_statement(len(seqs)), seqs)
+            await self._query(*self.delete_statement(seqs))
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
@@ -88,7 +88,7 @@ class MySQLSource(SourceDB):
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+    if isinstance(exc, MySQLError) and len(exc.args) >= 2:
         return mask_secrets(f"MySQL error {exc.args[0]}: {exc.args[1]}")
     if isinstance(exc, TimeoutError):
         return "timed out"

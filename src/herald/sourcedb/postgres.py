@@ -71,7 +71,8 @@ class PostgresSource(SourceDB):
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
-            await self._connected().execute(self.delete_statement(len(seqs)), *seqs)
+            sql, args = self.delete_statement(seqs)
+            await self._connected().execute(sql, *args)
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():

@@ -75,7 +75,8 @@ class SQLiteSource(SourceDB):
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
-            await self._connected().execute(self.delete_statement(len(seqs)), tuple(seqs))
+            sql, args = self.delete_statement(seqs)
+            await self._connected().execute(sql, tuple(args))
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
