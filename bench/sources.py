@@ -68,20 +68,27 @@ class Outbox:
         self.connect = connect
         self.source = source  # the [[outbox.sources]] URL; "" for the built-in outbox
 
-    def insert(self, rows: list[tuple[str, str]], *, one_each: bool = False) -> list[float]:
-        """Insert (id, data) rows; the time each commit returned."""
+    def insert(
+        self, rows: list[tuple[str, str]], *, one_each: bool = False, rate: float = 0.0
+    ) -> list[float]:
+        """Insert (id, data) rows on one connection, all in one transaction or (with
+        ``one_each``) one transaction each, at most ``rate`` a second; the time each
+        commit returned."""
         marks = ", ".join([self.mark] * 3)
         sql = f"INSERT INTO herald_outbox (id, type, data) VALUES ({marks})"
         conn = self.connect()
         committed: list[float] = []
+        started = time.monotonic()
         try:
             cur = conn.cursor()
             chunk = 1 if one_each else INSERT_CHUNK
-            for i in range(0, len(rows), chunk):
+            for n, i in enumerate(range(0, len(rows), chunk)):
                 cur.executemany(sql, [(r[0], "bench.source", r[1]) for r in rows[i : i + chunk]])
                 if one_each:
                     conn.commit()
                     committed.append(time.time())
+                    if rate and (ahead := started + (n + 1) / rate - time.monotonic()) > 0:
+                        time.sleep(ahead)
             conn.commit()
         finally:
             conn.close()
@@ -179,13 +186,7 @@ def _run(
         # Pickup: one row per transaction at ``rate``/s.
         n = int(pickup * rate)
         trickle = [(event_id(rows + i), payload(rows + i).decode()) for i in range(n)]
-        committed: list[float] = []
-        started = time.monotonic()
-        for i, row in enumerate(trickle):
-            committed += outbox.insert([row], one_each=True)
-            ahead = started + (i + 1) / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
+        committed = outbox.insert(trickle, one_each=True, rate=rate)
         deadline = Deadline(f"pickup {outbox.name}", timeout)
         while _events(inst)[0] < rows + n:
             deadline.check("pickup rows relayed")
