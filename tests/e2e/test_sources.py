@@ -345,3 +345,13 @@ async def test_a_source_outage_loses_nothing(
         assert await h.astop() == 0
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def test_the_schema_command_prints_the_ddl(tmp_path: Path) -> None:
+    h = Herald(tmp_path)
+    for dialect in ("postgresql", "mysql", "sqlite"):
+        out = h.cli("outbox", "schema", "--dialect", dialect, "--table", "shop_outbox").stdout
+        assert out == outbox_ddl(dialect, "shop_outbox")
+    bad = h.cli("outbox", "schema", "--dialect", "oracle", check=False)
+    assert bad.returncode == 2
+    assert "invalid choice: 'oracle'" in bad.stderr

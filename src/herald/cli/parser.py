@@ -268,7 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the outbox table (and PostgreSQL's wake-up trigger) to create in a producer's database",
         ["herald outbox schema --dialect mysql", "herald outbox schema --dialect postgresql"],
     )
-    schema.add_argument("--dialect", required=True, choices=["postgresql", "mysql", "sqlite"])
+    schema.add_argument(
+        "--dialect",
+        required=True,
+        choices=["postgresql", "mysql", "sqlite"],
+        help="the producer's database",
+    )
     schema.add_argument(
         "--table", default="herald_outbox", help="the table's name (default: %(default)s)"
     )
