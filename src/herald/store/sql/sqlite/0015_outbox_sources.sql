@@ -4,8 +4,8 @@
 -- source's row says nothing about another's, so the key is (source, seq). SQLite
 -- cannot change a table's key in place: the table is rebuilt the documented way,
 -- inside the migration's transaction.
+-- The new column comes last, as PostgreSQL's ALTER TABLE adds it.
 CREATE TABLE herald_outbox_rejected_new (
-    source      TEXT NOT NULL DEFAULT 'herald',
     seq         INTEGER NOT NULL,
     id          TEXT,
     tenant_id   TEXT,
@@ -14,11 +14,12 @@ CREATE TABLE herald_outbox_rejected_new (
     created_at  TEXT,
     reason      TEXT NOT NULL,
     rejected_at REAL NOT NULL,
+    source      TEXT NOT NULL DEFAULT 'herald',
     PRIMARY KEY (source, seq)
 );
 INSERT INTO herald_outbox_rejected_new
-    (source, seq, id, tenant_id, type, data, created_at, reason, rejected_at)
-    SELECT 'herald', seq, id, tenant_id, type, data, created_at, reason, rejected_at
+    (seq, id, tenant_id, type, data, created_at, reason, rejected_at, source)
+    SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at, 'herald'
     FROM herald_outbox_rejected;
 DROP TABLE herald_outbox_rejected;
 ALTER TABLE herald_outbox_rejected_new RENAME TO herald_outbox_rejected;
