@@ -355,3 +355,36 @@ def test_the_schema_command_prints_the_ddl(tmp_path: Path) -> None:
     bad = h.cli("outbox", "schema", "--dialect", "oracle", check=False)
     assert bad.returncode == 2
     assert "invalid choice: 'oracle'" in bad.stderr
+
+
+@pytest.mark.parametrize("producer", ["postgresql"], indirect=True)
+async def test_two_sources_and_the_built_in_outbox_at_once(
+    tmp_path: Path, daemon: Callable[..., Herald], producer: Producer, receiver: Receiver
+) -> None:
+    """A PostgreSQL source, a MariaDB source and Herald's own outbox, written at the
+    same time: every event of each is delivered once."""
+    async with producer_database("mysql", tmp_path) as mysql:
+        h = await started(daemon(producer, {"name": "billing", "url": mysql.url}), receiver)
+        per = 200
+
+        def write(p: Producer, start: int) -> list[str]:
+            with p.transaction() as conn:
+                return [publish(conn, "order.placed", {"n": start + i}) for i in range(per)]
+
+        builtin = [(f"evt_own{i:04d}", "default", "order.placed", "{}") for i in range(per)]
+        pg_ids, my_ids, _ = await asyncio.gather(
+            asyncio.to_thread(write, producer, 0),
+            asyncio.to_thread(write, mysql, per),
+            asyncio.to_thread(h.insert_events, builtin),
+        )
+        wanted = {*pg_ids, *my_ids, *(r[0] for r in builtin)}
+        await receiver.wait_for(lambda: set(receiver.counts()) >= wanted, what="every event")
+        # One event and one delivery each (a receiver may see a retried one twice).
+        for table, column in (("herald_events", "type"), ("herald_deliveries", "event_type")):
+            sql = f"SELECT COUNT(*) FROM {table} WHERE {column} = 'order.placed'"
+            assert h.query(sql)[0][0] == 3 * per
+        await until(lambda: producer.count() == 0 and mysql.count() == 0, "the sources empty")
+        samples = scrape(h)
+        for source in (SOURCE, "billing"):
+            assert samples[f'herald_source_up{{source="{source}"}}'] == 1
+        assert await h.astop() == 0
