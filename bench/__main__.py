@@ -26,6 +26,7 @@ from bench import (
     query_plans,
     retention,
     retry_backlog,
+    sources,
     throughput,
 )
 from bench.common import BenchError
@@ -54,6 +55,7 @@ BENCHMARKS = [
     Benchmark(retention.NAME, retention.HELP, retention.add_arguments, retention.run),
     Benchmark(query_plans.NAME, query_plans.HELP, query_plans.add_arguments, query_plans.run),
     Benchmark(console.NAME, console.HELP, console.add_arguments, console.run),
+    Benchmark(sources.NAME, sources.HELP, sources.add_arguments, sources.run),
 ]
 
 

@@ -14,7 +14,8 @@ trap 'rm -rf "$work"' EXIT
 "$PYTHON" -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --upgrade pip
 "$work/venv/bin/pip" wheel --quiet --no-deps --wheel-dir "$work/wheel" .
-"$work/venv/bin/pip" install --quiet "$work"/wheel/herald-*.whl
+# With the extras the image installs (MySQL/MariaDB outbox sources).
+"$work/venv/bin/pip" install --quiet "$(ls "$work"/wheel/herald-*.whl)[mysql]"
 {
   echo "# Every package the container image installs, pinned: written by scripts/constraints.sh"
   echo "# (make constraints) with $("$work/venv/bin/python" -V) on $(uname -m). Do not edit by hand."

@@ -104,6 +104,54 @@ ensure_postgres() {
 
 ensure_postgres
 
+# --- MariaDB: the MySQL/MariaDB outbox sources (tests/e2e/test_sources.py) ----------------
+# The server on 127.0.0.1:3306, root without a password over TCP (each test makes and
+# drops a database of its own). Installed from Debian's packages when missing, started
+# when down, and root's TCP login opened once. Bounded: 60 s to come up.
+mariadb_listening() { (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; }
+mariadb_root_tcp() {
+  "$PY" - <<'PYCODE' >/dev/null 2>&1
+import pymysql
+pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", connect_timeout=5).close()
+PYCODE
+}
+
+ensure_mariadb() {
+  export PATH="$PATH:/usr/sbin"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if ! mariadb_listening; then
+    if ! command -v mariadbd >/dev/null 2>&1; then
+      echo "test services: mariadb-server is missing; installing it with apt"
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q mariadb-server >/dev/null \
+        || { $sudo apt-get update -q >/dev/null \
+             && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q mariadb-server >/dev/null; }
+    fi
+    if ! mariadb_listening; then
+      echo "test services: starting mariadb"
+      $sudo service mariadb start >/dev/null 2>&1 \
+        || { $sudo mkdir -p /run/mysqld && $sudo chown mysql:mysql /run/mysqld \
+             && ($sudo setsid mariadbd-safe --bind-address=127.0.0.1 >/dev/null 2>&1 &); }
+    fi
+    local deadline=$((SECONDS + 60))
+    until mariadb_listening; do
+      if ((SECONDS >= deadline)); then
+        echo "test services: mariadb did not come up within 60 s" >&2
+        return 1
+      fi
+      sleep 0.5
+    done
+  fi
+  if ! mariadb_root_tcp; then
+    # Debian's root logs in through the unix socket only: let the tests in over TCP.
+    echo "test services: opening root's TCP login to mariadb (no password, local only)"
+    $sudo mariadb -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION; FLUSH PRIVILEGES;"
+  fi
+  echo "test services: mariadb running on 127.0.0.1:3306"
+}
+
+ensure_mariadb
+
 # --- nginx: the fast receiver of tests/e2e/test_scaleout.py (and of make bench) --------
 # Only the binary is needed: tests run it with a private config on a free port.
 ensure_nginx() {

@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -29,6 +29,8 @@ from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.replayer import Replayer
 from herald.service import DestinationService
+from herald.sourcedb import check_driver, open_source
+from herald.sources import SourceReader, SourceState
 from herald.systemd import Notifier
 from herald.wiring import Components, InstanceLock, components, delivery_limits, encryption_key
 from herald.workers import Forked, WorkerPool, run_dispatcher
@@ -47,6 +49,8 @@ class _Parts:
     relay: Relay
     pool: WorkerPool | None
     replayer: Replayer
+    sources: list[SourceReader] = field(default_factory=list)
+    """One reader per ``[[outbox.sources]]`` entry (``herald.sources``)."""
 
     def changed(self) -> None:
         """Destinations or deliveries changed in this process: every part looks again."""
@@ -54,6 +58,8 @@ class _Parts:
             self.pool.changed()
         self.dispatcher.rescan()
         self.relay.wake()
+        for reader in self.sources:
+            reader.wake()
 
 
 class Daemon:
@@ -85,6 +91,8 @@ class Daemon:
         self.notifier = Notifier()
 
     async def run(self) -> int:
+        for source in self.settings.outbox.sources:
+            check_driver(source)  # one line that says what to install, before anything
         lock = None
         db_path = self.settings.database.sqlite_path
         if db_path is not None:
@@ -179,7 +187,29 @@ class Daemon:
         parts = _Parts(
             comp, dispatcher, relay, pool, Replayer(comp.service.replays, rate_per_second=rate)
         )
+        parts.sources = [
+            SourceReader(
+                open_source(source),
+                relay,
+                comp.store,
+                owner=self.owner,
+                batch_size=s.relay.batch_size,
+                poll_interval=s.relay.poll_interval_seconds,
+                idle_poll=s.relay.idle_poll_seconds,
+                on_state=self._source_state,
+                on_error=lambda name: self.metrics.source_failed(),
+            )
+            for source in s.outbox.sources
+        ]
         return parts
+
+    def _source_state(self, state: SourceState) -> None:
+        self.metrics.source_state(
+            state.name,
+            up=state.state in ("up", "standby"),
+            pending=state.pending if state.state == "up" else None,
+            oldest=state.oldest,
+        )
 
     def _recorded(self, recorded: Recorded, relay: Relay) -> None:
         """A recording committed deliveries exhausted or operational events (which wait
@@ -258,6 +288,7 @@ class Daemon:
             wake=parts.changed,
             limiters=limiters,
             replayer=parts.replayer,
+            sources=lambda: [reader.state.as_dict() for reader in parts.sources],
         )
         runners: list[web.AppRunner] = [server.Runner(app, s.api)]
         sites = [("api.listen", s.api.listen, s.api.host, s.api.port)]
@@ -331,6 +362,10 @@ class Daemon:
             asyncio.create_task(relay.run(self.stop), name="herald-relay"),
             asyncio.create_task(
                 run_dispatcher(dispatcher, parts.pool, self.stop), name="herald-dispatcher"
+            ),
+            *(
+                asyncio.create_task(reader.run(self.stop), name=f"herald-source-{reader.name}")
+                for reader in parts.sources
             ),
         ]
         side = [

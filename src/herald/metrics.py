@@ -87,6 +87,11 @@ STORAGE_COMPONENTS = (
 )
 """What reports its database round trips (``database_result``): each series exists from
 the start at 0, so ``increase()`` sees the first error."""
+SOURCE_COMPONENT = "source"
+"""``herald_storage_errors_total``'s component for outbox sources' databases (not
+Herald's: they never move ``herald_database_up``)."""
+BUILTIN_SOURCE = "herald"
+"""The ``source`` label of the built-in outbox's series."""
 LOOPS = frozenset({"relay", "claim", "recorder", "renewal", "gauges", "heartbeat"})
 """Components that keep making round trips on their own: a failure of theirs holds
 ``herald_database_up`` at 0 until they succeed again (reads can work while their writes
@@ -300,8 +305,15 @@ class Metrics:
             "Database round trips that failed (each is retried or reported), by component",
             "component",
         )
-        for component in STORAGE_COMPONENTS:
+        for component in (*STORAGE_COMPONENTS, SOURCE_COMPONENT):
             self.storage_errors.labels(component)
+        self.source_up = gauge(
+            "herald_source_up",
+            "1 when this instance can read the outbox source (or another instance relays it)",
+            "source",
+        )
+        self._sources: dict[str, tuple[int, float | None]] = {}
+        """Outbox source -> (rows waiting, oldest created_at epoch), as last read."""
         self.health = _Health()
         r.register(self.health)
         self.snapshots = _Snapshots()
@@ -367,12 +379,20 @@ class Metrics:
 
     def database_counted(self, counts: DatabaseCounts, *, now: float) -> None:
         """The background refresh read the database's counts (see :class:`DatabaseCounts`)."""
-        outbox_pending = GaugeMetricFamily("herald_outbox_pending", "Rows waiting in the outbox")
-        outbox_pending.add_metric([], counts.outbox_pending)
-        lag = GaugeMetricFamily(
-            "herald_outbox_lag_seconds", "Age of the oldest unclaimed outbox row (0 when empty)"
+        outbox_pending = GaugeMetricFamily(
+            "herald_outbox_pending",
+            "Rows waiting in an outbox (source: herald, the built-in one, or an outbox source)",
+            labels=["source"],
         )
-        lag.add_metric([], _age(counts.outbox_oldest, now))
+        lag = GaugeMetricFamily(
+            "herald_outbox_lag_seconds",
+            "Age of the oldest unclaimed row of an outbox (0 when empty)",
+            labels=["source"],
+        )
+        outboxes = {BUILTIN_SOURCE: (counts.outbox_pending, counts.outbox_oldest)}
+        for source, (count, oldest) in {**self._sources, **outboxes}.items():
+            outbox_pending.add_metric([source], count)
+            lag.add_metric([source], _age(oldest, now))
         pending = GaugeMetricFamily(
             "herald_deliveries_pending",
             "Pending deliveries: due now, waiting for a scheduled retry, or held",
@@ -416,6 +436,21 @@ class Metrics:
             "counts",
             [outbox_pending, lag, pending, oldest_due, destinations, failing, replays, replayed],
         )
+
+    def source_state(
+        self, source: str, *, up: bool, pending: int | None = None, oldest: float | None = None
+    ) -> None:
+        """An outbox source's state: reachable or not, and (when known) its rows waiting
+        and the oldest one's ``created_at`` epoch, shown at the next counts' refresh."""
+        self.source_up.labels(source).set(1 if up else 0)
+        if up and pending is not None:
+            self._sources[source] = (pending, oldest)
+        else:
+            self._sources.pop(source, None)
+
+    def source_failed(self) -> None:
+        """A round trip with an outbox source's database failed."""
+        self.storage_errors.labels(SOURCE_COMPONENT).inc()
 
     def database_count_failed(self) -> None:
         """The refresh could not read the counts: their series leave the scrape."""

@@ -282,6 +282,8 @@ class Rejection:
     data: str | None
     created_at: str | None
     reason: str
+    source: str = "herald"
+    """The outbox it came from: ``herald`` (Herald's own) or an ``[[outbox.sources]]`` name."""
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ events plus one delivery per subscribed destination of the event's tenant;
 the rows are removed. A row that cannot become an event moves to
 ``herald_outbox_rejected`` with its reason and never blocks the rows behind it.
 
-Also the producer helper :func:`publish`, for Python producers on SQLite.
+Also the producer helper :func:`publish`, for Python producers on any DB-API connection.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,7 +46,7 @@ from herald.model import (
 from herald.retry import RetryPolicy, retry_storage
 from herald.store import Store
 from herald.store.base import STALE_CATALOG, EventKey
-from herald.timeutil import format_epoch, now
+from herald.timeutil import format_epoch, now, parse_timestamp
 
 log = structlog.get_logger("herald.relay")
 
@@ -174,35 +174,67 @@ class Relay:
         else:
             return 0  # destinations keep changing under us: try again on the next pass
         if count:
-            for rej in plan.rejected:
-                log.warning("outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason)
-            for seq, event_id, raw in plan.untraced:
-                log.warning(
-                    "traceparent_ignored",
-                    seq=seq,
-                    event_id=event_id,
-                    reason=traceparent_problem(raw.decode("ascii", "replace")),
-                )
-            if plan.leased:
-                assert self._handoff is not None
-                self._handoff.receive(plan)
-            if wakes_claims(plan, room):
-                self._on_deliveries()
-            self._on_batch(plan)
-            if tracing.enabled():
-                tracing.record(
-                    tracing.RELAY_SPAN,
-                    started=started,
-                    ended=time.time(),
-                    attributes={
-                        "herald.relay.rows": count,
-                        "herald.relay.events": len(plan.events),
-                        "herald.relay.deliveries": len(plan.deliveries),
-                        "herald.relay.rejected": len(plan.rejected),
-                        "herald.relay.handed_over": len(plan.leased),
-                    },
-                )
+            self._committed(plan, room, started, count)
         return count
+
+    async def relay_source(
+        self, source: str, rows: list[OutboxRow]
+    ) -> tuple[RelayPlan, list[OutboxRow]] | None:
+        """Relay rows read from the outbox source ``source`` (``herald.sources``) into
+        Herald's database, as :meth:`run_once` does the built-in outbox's: the plan,
+        and the rows whose events were already stored as they are; None when the
+        destinations kept changing (nothing written: read the rows again)."""
+        started = time.time()
+        for _ in range(10):
+            await self._catalog.refresh()
+            room = self._handoff.room() if self._handoff is not None else None
+            done = await self._store.relay_source(
+                source,
+                rows,
+                functools.partial(self.process, room=room),
+                destinations_version=self._catalog.version,
+            )
+            if done is not None:
+                self._committed(done[0], room, started, len(rows), source=source)
+                return done
+        return None
+
+    def _committed(
+        self, plan: RelayPlan, room: Room | None, started: float, count: int, *, source: str = ""
+    ) -> None:
+        """After a batch's commit: say what was rejected, hand the leased deliveries
+        over, wake the dispatcher, count and trace."""
+        named = {"source": source} if source else {}
+        for rej in plan.rejected:
+            log.warning(
+                "outbox_row_rejected", seq=rej.seq, event_id=rej.id, reason=rej.reason, **named
+            )
+        for seq, event_id, raw in plan.untraced:
+            log.warning(
+                "traceparent_ignored",
+                seq=seq,
+                event_id=event_id,
+                reason=traceparent_problem(raw.decode("ascii", "replace")),
+            )
+        if plan.leased:
+            assert self._handoff is not None
+            self._handoff.receive(plan)
+        if wakes_claims(plan, room):
+            self._on_deliveries()
+        self._on_batch(plan)
+        if tracing.enabled():
+            tracing.record(
+                tracing.RELAY_SPAN,
+                started=started,
+                ended=time.time(),
+                attributes={
+                    "herald.relay.rows": count,
+                    "herald.relay.events": len(plan.events),
+                    "herald.relay.deliveries": len(plan.deliveries),
+                    "herald.relay.rejected": len(plan.rejected),
+                    "herald.relay.handed_over": len(plan.leased),
+                },
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Relay until ``stop`` is set. Woken when rows may have arrived (PostgreSQL's
@@ -229,7 +261,7 @@ class Relay:
                 count = await retry_storage(
                     self.run_once,
                     on_error=trouble,
-                    sleep=functools.partial(_sleep_unless, stop),
+                    sleep=functools.partial(sleep_unless, stop),
                     until=stop.is_set,
                 )
                 if count is None:
@@ -253,13 +285,28 @@ class Relay:
             self.running = False
 
 
-async def _sleep_unless(stop: asyncio.Event, delay: float) -> None:
+async def sleep_unless(stop: asyncio.Event, delay: float) -> None:
+    """Sleep ``delay`` seconds, or less if ``stop`` is set meanwhile."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=delay)
 
 
+_PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": ":{n}"}
+_MYSQL_DRIVERS = frozenset({"pymysql", "MySQLdb", "mysql", "mariadb"})
+
+
+def _driver(conn: Any) -> tuple[str, str]:
+    """The DB-API module a connection comes from, and its placeholder."""
+    name = type(conn).__module__.partition(".")[0]
+    module = sys.modules.get(name)
+    style = getattr(module, "paramstyle", "qmark")
+    if style not in _PLACEHOLDERS:  # "named": every driver that has it has one above too
+        raise ValueError(f"{name}'s paramstyle {style!r} is not supported")
+    return name, _PLACEHOLDERS[style]
+
+
 def publish(
-    conn: sqlite3.Connection,
+    conn: Any,
     type: str,
     data: dict[str, Any],
     *,
@@ -267,11 +314,15 @@ def publish(
     id: str | None = None,
     created_at: str | None = None,
     traceparent: str | None = None,
+    table: str = "herald_outbox",
 ) -> str:
-    """Write one event into ``herald_outbox`` on the producer's own connection.
+    """Write one event into the outbox ``table`` on the producer's own connection: any
+    DB-API connection (sqlite3, psycopg, PyMySQL, mysqlclient), its placeholder taken
+    from the driver's ``paramstyle``.
 
     Call it inside the producer's transaction, next to the business write it
-    announces; Herald picks the row up after the transaction commits.
+    announces; Herald picks the row up after the transaction commits (Herald's own
+    database, or an ``[[outbox.sources]]`` entry's).
     ``traceparent`` (the producer's current W3C trace context) continues its trace
     into the receivers; written as given, an invalid one is dropped by the relay with
     a warning, never the event. Returns the event id.
@@ -282,16 +333,21 @@ def publish(
     event_id = id or new_id("evt_")
     if not event_id.startswith("evt_"):
         raise ValueError("event ids start with 'evt_'")
-    conn.execute(
-        "INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            event_id,
-            tenant_id,
-            type,
-            orjson.dumps(data).decode(),
-            created_at or format_epoch(now()),
-            traceparent,
-        ),
-    )
+    driver, mark = _driver(conn)
+    stamp = parse_timestamp(created_at) if created_at else None
+    when = stamp.text if stamp else format_epoch(now())
+    if driver in _MYSQL_DRIVERS:
+        # MySQL's DATETIME takes neither the T nor the Z: the same UTC instant, its way.
+        when = when.replace("T", " ").removesuffix("Z")
+    values = (event_id, tenant_id, type, orjson.dumps(data).decode(), when, traceparent)
+    marks = ", ".join(mark.format(n=n) for n in range(1, len(values) + 1))
+    cursor = conn.cursor()
+    try:
+        cursor.execute(
+            f"INSERT INTO {table} (id, tenant_id, type, data, created_at, traceparent)"
+            f" VALUES ({marks})",
+            values,
+        )
+    finally:
+        cursor.close()
     return event_id

@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from herald.config import DeliverySettings, Settings
+from herald.sourcedb.schema import outbox_ddl
 from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
 from tests.support.receiver import Receiver, verification_ok_then
@@ -525,6 +527,7 @@ def test_alert_rules_have_severity_and_a_runbook(yaml: Any) -> None:
         'absent(up{job="herald"})',
         "absent(herald_build_info",
         "herald_component_up == 0",
+        "herald_source_up == 0",
     ):
         assert needle in exprs, needle
 
@@ -671,6 +674,13 @@ def test_alert_rules_fire_when_they_should(promtool: str, yaml: Any, tmp_path: P
             "5m",
             [{**sev_c, "component": "workers"}],
         ),
+        case(
+            {'herald_source_up{source="shop"}': "1 1 0x10", 'herald_source_up{source="b"}': "1x12"},
+            "HeraldSourceDown",
+            "8m",
+            [{**sev_w, "source": "shop"}],
+        ),
+        case({'herald_source_up{source="shop"}': "1 1 0x10"}, "HeraldSourceDown", "5m", []),
         case({"herald_outbox_lag_seconds": "120x10"}, "HeraldOutboxLagging", "7m", [sev_w]),
         case({"herald_outbox_lag_seconds": "120x10"}, "HeraldOutboxStalled", "7m", []),
         case({"herald_outbox_lag_seconds": "1000x20"}, "HeraldOutboxStalled", "15m", [sev_c]),
@@ -872,6 +882,12 @@ async def test_every_metric_the_rules_and_dashboard_use_is_exported(
     h = herald_factory(
         {"delivery": {"max_retries": 0}, "metrics": {"refresh_seconds": 0.1}}, start=False
     )
+    # An outbox source (a producer's SQLite file): herald_source_up and its series.
+    producer = h.workdir / "producer.db"
+    with sqlite3.connect(producer) as conn:
+        conn.executescript(outbox_ddl("sqlite"))
+    with h.config_path.open("a") as fh:
+        fh.write(f'[[outbox.sources]]\nname = "shop"\nurl = "sqlite:///{producer}"\n')
     await h.astart()
     ok = await Receiver(secrets=[SECRET]).start()
     bad = await Receiver(

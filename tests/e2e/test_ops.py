@@ -62,7 +62,7 @@ GAUGES = {
     "due": 'herald_deliveries_pending{state="due"}',
     "scheduled": 'herald_deliveries_pending{state="scheduled_retry"}',
     "held": 'herald_deliveries_pending{state="held"}',
-    "outbox": "herald_outbox_pending",
+    "outbox": 'herald_outbox_pending{source="herald"}',
     "failing": "herald_destinations_failing",
 }
 
@@ -124,7 +124,7 @@ async def test_metrics_count_exactly_what_happened(herald_factory: HeraldFactory
             outbox=0,
             failing=1,
         )
-        assert m["herald_outbox_lag_seconds"] == 0
+        assert m['herald_outbox_lag_seconds{source="herald"}'] == 0
         assert m["herald_destinations_failing"] == 1
         assert "process_resident_memory_bytes" in m
     finally:
@@ -146,11 +146,11 @@ async def test_outbox_gauges_show_a_backlog(herald_factory: HeraldFactory) -> No
         "INSERT INTO herald_outbox (id, type, data, created_at) VALUES (?, ?, ?, ?)",
         ("evt_waiting", "a.b", "{}", hour_ago),
     )
-    m = await wait_metric(h.port, "herald_outbox_pending", 1)
+    m = await wait_metric(h.port, 'herald_outbox_pending{source="herald"}', 1)
     deadline = time.monotonic() + 5
-    while m["herald_outbox_lag_seconds"] < 3599 and time.monotonic() < deadline:
+    while m['herald_outbox_lag_seconds{source="herald"}'] < 3599 and time.monotonic() < deadline:
         m = await asyncio.to_thread(scrape, h.port)
-    assert 3599 <= m["herald_outbox_lag_seconds"] < 3700
+    assert 3599 <= m['herald_outbox_lag_seconds{source="herald"}'] < 3700
 
 
 async def test_readyz_follows_the_database(herald_factory: HeraldFactory) -> None:

@@ -118,7 +118,7 @@ async def test_postgres_stopped_under_load_is_seen_and_loses_nothing(
         assert component_up(samples, "relay") == 0, samples
         # The database's counts are dropped, not frozen at their last values.
         await until(
-            lambda: ("herald_outbox_pending", ()) not in scrape(h),
+            lambda: ("herald_outbox_pending", (("source", "herald"),)) not in scrape(h),
             timeout=10,
             what="the outbox count to leave the scrape",
             h=h,
@@ -141,7 +141,7 @@ async def test_postgres_stopped_under_load_is_seen_and_loses_nothing(
         )
         samples = await asyncio.to_thread(scrape, h)
         assert component_up(samples, "relay") == component_up(samples, "workers") == 1
-        assert samples[("herald_outbox_pending", ())] == 0
+        assert samples[("herald_outbox_pending", (("source", "herald"),))] == 0
         assert await h.astop() == 0
         assert h.query(
             "SELECT COUNT(*) FROM herald_deliveries WHERE kind = 'event' AND status = 'success'"

@@ -55,6 +55,18 @@ def shipped_version() -> int:
     return max(version for version, _, _ in sqlite_store.migrations())
 
 
+OLD_RELAY_REJECT = {
+    # Keyed by seq alone; the source ($9, always the built-in's here) is not stored.
+    "sqlite": "INSERT OR REPLACE INTO herald_outbox_rejected (seq, id, tenant_id, type, data,"
+    " created_at, reason, rejected_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE ?9 IS NOT NULL",
+    "postgres": "INSERT INTO herald_outbox_rejected (seq, id, tenant_id, type, data, created_at,"
+    " reason, rejected_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE $9::text IS NOT NULL"
+    " ON CONFLICT (seq) DO UPDATE SET reason = EXCLUDED.reason,"
+    " rejected_at = EXCLUDED.rejected_at",
+}
+"""``relay_reject`` as a Herald before 0015 (outbox sources) wrote it."""
+
+
 @asynccontextmanager
 async def database_at(
     version: int, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -87,6 +99,9 @@ async def database_at(
                 unrecorded(store)
             if version < 13:
                 untraced(store)
+            if version < 15:  # before 0015 a rejected row had no source: the built-in's
+                queries = store.dialect._q
+                store.dialect._q = {**queries, "relay_reject": OLD_RELAY_REJECT[backend]}
             if version < 10:  # the relay of a Herald before 0010 read no about_destination
                 queries = store.dialect._q
                 claim = queries["relay_claim"].replace("about_destination,", "NULL,")

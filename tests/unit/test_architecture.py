@@ -47,8 +47,8 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.signals",
         "herald.slots",
     ),
-    # The two edges of the engine: the database and the destinations.
-    ("herald.store", "herald.adapters"),
+    # The edges of the engine: the database, the destinations, producers' databases.
+    ("herald.store", "herald.adapters", "herald.sourcedb"),
     # What the engine is made of.
     (
         "herald.catalog",
@@ -62,6 +62,7 @@ FLOORS: list[tuple[str, ...]] = [
     (
         "herald.dispatch",
         "herald.outbox",
+        "herald.sources",
         "herald.service",
         "herald.replays",
         "herald.overview",

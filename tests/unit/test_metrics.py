@@ -153,8 +153,8 @@ def test_database_counts_are_dropped_when_their_refresh_fails() -> None:
     m = Metrics()
     m.database_counted(counts(), now=100.0)
     got = samples(m)
-    assert got[("herald_outbox_pending", ())] == 3
-    assert got[("herald_outbox_lag_seconds", ())] == 10
+    assert got[("herald_outbox_pending", (("source", "herald"),))] == 3
+    assert got[("herald_outbox_lag_seconds", (("source", "herald"),))] == 10
     assert got[("herald_oldest_due_delivery_age_seconds", ())] == 60
     assert got[("herald_deliveries_pending", (("state", "due"),))] == 2
     assert got[("herald_deliveries_pending", (("state", "scheduled_retry"),))] == 0
@@ -169,7 +169,7 @@ def test_database_counts_are_dropped_when_their_refresh_fails() -> None:
     m.database_counted(counts(next_due_at=None, outbox_oldest=None), now=100.0)
     got = samples(m)
     assert got[("herald_oldest_due_delivery_age_seconds", ())] == 0
-    assert got[("herald_outbox_lag_seconds", ())] == 0
+    assert got[("herald_outbox_lag_seconds", (("source", "herald"),))] == 0
     # Due in the future (a retry not yet due): nothing waits.
     m.database_counted(counts(next_due_at=150.0), now=100.0)
     assert samples(m)[("herald_oldest_due_delivery_age_seconds", ())] == 0

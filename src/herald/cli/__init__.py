@@ -21,13 +21,13 @@ from herald.cli.ops import (
     cmd_check_config,
     cmd_instances,
     cmd_migrate,
-    cmd_rejected,
     cmd_replay,
     cmd_replays,
 )
 from herald.cli.output import visible
 from herald.cli.parser import build_parser
 from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
+from herald.cli.sources import cmd_outbox
 from herald.config import Settings, load_settings
 from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, advice
 from herald.logs import configure as configure_logs
@@ -43,7 +43,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
     "deliveries": cmd_deliveries,
     "replay": cmd_replay,
     "replays": cmd_replays,
-    "outbox": cmd_rejected,
+    "outbox": cmd_outbox,
     "instances": cmd_instances,
     "check-config": cmd_check_config,
 }

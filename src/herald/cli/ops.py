@@ -39,7 +39,8 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
         verdict = "NOT OK: the configuration is valid, but herald run would fail now: " + (
             "; ".join(found.blockers)
         )
-    status = EXIT_FAILED if found.blockers else EXIT_OK
+    down = [s for s in found.sources or () if s["state"] != "up"]
+    status = EXIT_FAILED if found.blockers or down else EXIT_OK
     if getattr(args, "json", False):
         print_json(
             {
@@ -50,7 +51,8 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
                 "database": found.database,
                 "warnings": found.warnings,
                 "blockers": list(found.blockers),
-                "ok": not found.blockers,
+                "sources": found.sources,
+                "ok": not found.blockers and not down,
             }
         )
         return status
@@ -70,6 +72,13 @@ async def cmd_check_config(settings: Settings, args: argparse.Namespace) -> int:
         print(f"database: {found.database}")
     for warning in found.warnings:
         print(f"warning: {warning}")
+    for s in found.sources or ():
+        state = f"{s['pending']} rows waiting" if s["state"] == "up" else f"DOWN: {s['error']}"
+        print(f"outbox source {s['name']} ({s['dialect']}, table {s['table']}): {state}")
+    if down:
+        # It would start (a source that is down never stops it), but not relay those.
+        print(f"FAILED: {len(down)} outbox source(s) cannot be read; herald run would start")
+        return EXIT_FAILED
     print(verdict)
     return status
 
@@ -238,6 +247,7 @@ async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
     table(
         [
             (
+                r["source"],
                 r["seq"],
                 r["id"],
                 r["type"],
@@ -246,7 +256,7 @@ async def cmd_rejected(settings: Settings, args: argparse.Namespace) -> int:
             )
             for r in rows
         ],
-        ("seq", "id", "type", "reason", "rejected"),
+        ("source", "seq", "id", "type", "reason", "rejected"),
     )
     return EXIT_OK
 

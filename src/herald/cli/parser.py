@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rlist.add_argument("--limit", type=int, default=50, help="at most (default: %(default)s)")
 
-    outbox = _group(sub, "outbox", "the outbox: rows the relay could not turn into events")
+    outbox = _group(sub, "outbox", "the outbox: rejected rows, outbox sources, a source's table")
     rej = _command(
         outbox,
         "rejected",
@@ -315,6 +315,30 @@ def build_parser() -> argparse.ArgumentParser:
         ["herald outbox rejected --all-tenants --limit 20"],
     )
     rej.add_argument("--limit", type=int, default=50, help="at most (default: %(default)s)")
+    srcs = _command(
+        outbox,
+        "sources",
+        [common],
+        "the outbox sources ([[outbox.sources]]): reachable or why not, rows waiting, lag",
+        ["herald outbox sources --json"],
+    )
+    srcs.add_argument("--json", action="store_true", help="print JSON")
+    schema = _command(
+        outbox,
+        "schema",
+        [common],
+        "the outbox table (and PostgreSQL's wake-up trigger) to create in a producer's database",
+        ["herald outbox schema --dialect mysql", "herald outbox schema --dialect postgresql"],
+    )
+    schema.add_argument(
+        "--dialect",
+        required=True,
+        choices=["postgresql", "mysql", "sqlite"],
+        help="the producer's database",
+    )
+    schema.add_argument(
+        "--table", default="herald_outbox", help="the table's name (default: %(default)s)"
+    )
 
     inst = _command(
         sub,

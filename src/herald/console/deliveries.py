@@ -7,7 +7,7 @@ Every lookup is within the request's scope: another tenant's id is a 404."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -52,6 +52,9 @@ def success_rate(totals: Mapping[str, int]) -> str:
 class DeliveryPages(Pages):
     """``/``, ``/deliveries[/{id}]``, ``/events[/{id}]`` and ``/outbox/rejected``."""
 
+    sources: Callable[[], list[dict[str, object]]] = staticmethod(lambda: [])
+    """The outbox sources' state for the overview (the daemon's readers; none without)."""
+
     async def overview(self, request: web.Request) -> web.StreamResponse:
         ov = await self.service.overview(tenant_id=self.scope(request).tenant_id)
         attempts = charts.bar_chart(
@@ -71,6 +74,8 @@ class DeliveryPages(Pages):
             buckets=96,
             label="last 24 hours, per 15 minutes",
         )
+        # The outbox sources' state as this daemon's readers last found it (operators).
+        sources = self.sources() if self.scope(request).tenant_id is None else []
         return render(
             "overview.html",
             request,
@@ -80,6 +85,7 @@ class DeliveryPages(Pages):
                 "charts": [hour, day],
                 "rate": success_rate,
                 "now": ov.now,
+                "sources": sources,
             },
         )
 

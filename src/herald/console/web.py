@@ -57,6 +57,7 @@ class Console:
         wake: Callable[[], None] = lambda: None,
         limiters: Limiters | None = None,
         replayer: Replayer | None = None,
+        sources: Callable[[], list[dict[str, object]]] | None = None,
     ) -> None:
         self.service = service
         self.settings = settings
@@ -73,6 +74,8 @@ class Console:
         self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
+        if sources is not None:
+            self.deliveries.sources = sources
         # The daemon's, which it stops; without a daemon (tests), one of its own.
         self.replays = ReplayPages(
             service, wake=wake, replayer=replayer or Replayer(service.replays)
@@ -154,12 +157,20 @@ def setup(
     wake: Callable[[], None] = lambda: None,
     limiters: Limiters | None = None,
     replayer: Replayer | None = None,
+    sources: Callable[[], list[dict[str, object]]] | None = None,
 ) -> Console | None:
     """Mount the console under ``/console/`` and the portal under ``/portal/`` (neither
     when ``console.enabled`` is false)."""
     if not settings.console.enabled:
         return None
-    console = Console(service, settings=settings, wake=wake, limiters=limiters, replayer=replayer)
+    console = Console(
+        service,
+        settings=settings,
+        wake=wake,
+        limiters=limiters,
+        replayer=replayer,
+        sources=sources,
+    )
     _mount(app, console.application(CONSOLE, console.operators), CONSOLE.prefix)
     portal = portal_face(settings.console)
     _mount(app, console.application(portal, console.tenants), portal.prefix)

@@ -83,7 +83,17 @@ class EngineStore(StorePart):
                     c,
                     "relay_reject",
                     [
-                        (r.seq, r.id, r.tenant_id, r.type, r.data, r.created_at, r.reason, now)
+                        (
+                            r.seq,
+                            r.id,
+                            r.tenant_id,
+                            r.type,
+                            r.data,
+                            r.created_at,
+                            r.reason,
+                            now,
+                            r.source,
+                        )
                         for r in plan.rejected
                     ],
                 )

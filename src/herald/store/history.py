@@ -30,7 +30,17 @@ from herald.store.rows import (
     replay_to_row,
 )
 
-_REJECTED_KEYS = ("seq", "id", "tenant_id", "type", "data", "created_at", "reason", "rejected_at")
+_REJECTED_KEYS = (
+    "seq",
+    "id",
+    "tenant_id",
+    "type",
+    "data",
+    "created_at",
+    "reason",
+    "rejected_at",
+    "source",
+)
 
 
 class HistoryStore(StorePart):

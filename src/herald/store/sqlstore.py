@@ -10,7 +10,8 @@ path, :mod:`~herald.store.destinations` the destinations,
 :mod:`~herald.store.history` deliveries, events and replays as people see them, and
 :mod:`~herald.store.access` keys, tokens, sessions, rate limits and idempotency,
 :mod:`~herald.store.counters` the per-destination counters the recorder keeps,
-:mod:`~herald.store.recent` what is happening now (the overview's and the events list's reads).
+:mod:`~herald.store.recent` what is happening now (the overview's and the events list's reads),
+:mod:`~herald.store.sources` the rows of outbox sources and their leases.
 The rest of the code types against the whole, ``herald.store.Store``.
 """
 
@@ -27,6 +28,7 @@ from herald.store.dialect import Dialect
 from herald.store.engine import EngineStore
 from herald.store.history import HistoryStore
 from herald.store.recent import RecentStore
+from herald.store.sources import SourceStore
 
 D = TypeVar("D", bound=Dialect)
 
@@ -41,6 +43,7 @@ class StoreOptions(TypedDict, total=False):
 
 class SQLStore(
     EngineStore,
+    SourceStore,
     DestinationStore,
     HistoryStore,
     AccessStore,

@@ -52,8 +52,8 @@ CROSS JOIN LATERAL (SELECT tenant_id, id FROM herald_events WHERE id = k.id OFFS
 
 -- relay_reject --
 INSERT INTO herald_outbox_rejected
-  (seq, id, tenant_id, type, data, created_at, reason, rejected_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (seq) DO UPDATE
+  (seq, id, tenant_id, type, data, created_at, reason, rejected_at, source)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (source, seq) DO UPDATE
 SET reason = EXCLUDED.reason, rejected_at = EXCLUDED.rejected_at
 
 -- relay_delete --
@@ -100,9 +100,9 @@ FROM herald_outbox
 
 -- list_rejected --
 -- $2: one tenant's rows (as the row spelled it), or NULL for every tenant's
-SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at
+SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at, source
 FROM herald_outbox_rejected WHERE $2::text IS NULL OR tenant_id = $2
-ORDER BY seq DESC LIMIT $1
+ORDER BY rejected_at DESC, seq DESC LIMIT $1
 
 -- outbox_event --
 SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
@@ -405,8 +405,8 @@ DELETE FROM herald_events WHERE (id, tenant_id) IN (SELECT e.id, e.tenant_id
   ORDER BY e.ingested_at LIMIT $2)
 
 -- purge_rejected --
-DELETE FROM herald_outbox_rejected WHERE seq IN (SELECT seq FROM herald_outbox_rejected
-  WHERE rejected_at < $1 LIMIT $2)
+DELETE FROM herald_outbox_rejected WHERE (source, seq) IN (SELECT source, seq
+  FROM herald_outbox_rejected WHERE rejected_at < $1 LIMIT $2)
 
 -- create_api_key --
 INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at, kind)
@@ -684,3 +684,20 @@ WHERE ingested_at >= $3 AND ingested_at <= $4 AND ($1::text IS NULL OR tenant_id
   AND ($2::text IS NULL OR type = $2)
   AND ($5::text IS NULL OR ingested_at < $4 OR id < $5 OR (id = $5 AND tenant_id < $6))
 ORDER BY ingested_at DESC, id DESC, tenant_id DESC LIMIT $7
+
+-- source_existing --
+-- An outbox source's batch: the events already stored under its ids, with what they
+-- hold, so that a row relayed before a crash (its source delete lost) is known again
+SELECT e.tenant_id, e.id, e.type, e.data FROM unnest($1::text[]) AS k(id)
+CROSS JOIN LATERAL (SELECT tenant_id, id, type, data FROM herald_events WHERE id = k.id OFFSET 0) e
+
+-- source_lease --
+-- Take or renew the lease on one outbox source ($1) for $2 until $3: it is this
+-- instance's already, or its holder's ran out before $4. A row back: the lease is ours
+INSERT INTO herald_source_leases (source, owner, lease_until) VALUES ($1, $2, $3)
+ON CONFLICT (source) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until
+WHERE herald_source_leases.owner = EXCLUDED.owner OR herald_source_leases.lease_until < $4
+RETURNING owner
+
+-- source_release --
+DELETE FROM herald_source_leases WHERE source = $1 AND owner = $2

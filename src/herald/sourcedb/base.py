@@ -1,0 +1,153 @@
+"""What every source dialect shares: the statements (built once from the table and
+its column names) and the conversion of driver values into raw outbox rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from herald.config import SourceSettings
+from herald.model import OutboxRow
+from herald.timeutil import format_epoch, now, parse_timestamp
+
+# The columns read, in OutboxRow's order (``about`` is Herald's own, never a source's).
+READ_COLUMNS = ("seq", "id", "tenant_id", "type", "data", "created_at", "traceparent")
+
+
+class SourceError(Exception):
+    """A source's database cannot be read or written (down, refused, no such table or
+    column, bad password): ``message`` says which, in one line, password masked."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def raw(value: Any) -> bytes | None:
+    """A driver's value as the bytes an outbox row holds (``ingest.parse_row`` checks
+    them): text as UTF-8, an instant as RFC 3339 UTC (a naive one taken as UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, dt.datetime):
+        instant: dt.datetime = value
+        if instant.tzinfo is not None:
+            instant = instant.astimezone(dt.UTC).replace(tzinfo=None)
+        return (instant.isoformat(timespec="microseconds") + "Z").encode()
+    if isinstance(value, dict | list):
+        return orjson.dumps(value)
+    return str(value).encode()
+
+
+class SourceDB(ABC):
+    """One source's database: connect, read a batch, delete what was relayed."""
+
+    dialect: str
+    quote = '"'
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self.name = settings.name
+        q = self.quote
+        table = ".".join(f"{q}{part}{q}" for part in settings.table.split("."))
+        cols = []
+        for name in READ_COLUMNS:
+            column = settings.column(name)
+            cols.append(f"{q}{column}{q}" if column else "NULL")
+        self._created_missing = not settings.column("created_at")
+        seq = f"{q}{settings.column('seq')}{q}"
+        self.select_sql = (
+            f"SELECT {', '.join(cols)} FROM {table} ORDER BY {seq} LIMIT {self.param(1)}"
+        )
+        self.delete_sql = f"DELETE FROM {table} WHERE {seq} IN ({{seqs}})"
+        self.range_delete_sql = (
+            f"DELETE FROM {table} WHERE {seq} BETWEEN {self.param(1)} AND {self.param(2)}"
+        )
+        created = settings.column("created_at")
+        oldest = f"MIN({q}{created}{q})" if created else "NULL"
+        self.stats_sql = f"SELECT COUNT(*), {oldest} FROM {table}"
+
+    @staticmethod
+    def param(n: int) -> str:
+        """The dialect's ``n``-th placeholder."""
+        return "?"
+
+    def rows(self, records: Sequence[Sequence[Any]]) -> list[OutboxRow]:
+        """Driver records of ``select_sql`` as raw outbox rows."""
+        stamp = format_epoch(now()).encode() if self._created_missing else None
+        out = []
+        for r in records:
+            out.append(
+                OutboxRow(
+                    seq=int(r[0]),
+                    id=raw(r[1]),
+                    tenant_id=raw(r[2]),
+                    type=raw(r[3]),
+                    data=raw(r[4]),
+                    created_at=stamp if self._created_missing else raw(r[5]),
+                    traceparent=raw(r[6]),
+                )
+            )
+        return out
+
+    def delete_statement(self, seqs: Sequence[int]) -> tuple[str, list[int]]:
+        """The statement that deletes exactly the rows ``seqs`` and its arguments. Seqs
+        without a gap (the usual batch) are one range: no other row can be in it, and
+        a range costs the server one index scan instead of a probe per row."""
+        ordered = sorted(seqs)
+        if ordered and ordered[-1] - ordered[0] + 1 == len(ordered) > 1:
+            return self.range_delete_sql, [ordered[0], ordered[-1]]
+        marks = ", ".join(self.param(i) for i in range(1, len(ordered) + 1))
+        return self.delete_sql.replace("{seqs}", marks), ordered
+
+    @staticmethod
+    def oldest_epoch(value: Any) -> float | None:
+        """``stats_sql``'s oldest ``created_at`` as an epoch, if it can be read as one."""
+        if value is None:
+            return None
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=dt.UTC)
+            return float(value.timestamp())
+        try:
+            return parse_timestamp(str(value)).epoch
+        except ValueError:
+            return None
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and check that the table and its columns are there."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Drop the connection (``open`` makes a new one)."""
+
+    async def shutdown(self) -> None:
+        """Close for good: the connection and any watch."""
+        await self.close()
+
+    @abstractmethod
+    async def read(self, limit: int) -> list[OutboxRow]:
+        """Up to ``limit`` rows in ``seq`` order: every committed row still there."""
+
+    @abstractmethod
+    async def delete(self, seqs: Sequence[int]) -> None:
+        """Remove the rows relayed (committed in Herald's database)."""
+
+    @abstractmethod
+    async def stats(self) -> tuple[int, float | None]:
+        """Rows waiting and the ``created_at`` epoch of the oldest."""
+
+    async def watch(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` when rows may have been committed; False when the
+        dialect cannot tell (the reader polls)."""
+        return False

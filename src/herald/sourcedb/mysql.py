@@ -1,0 +1,95 @@
+"""A MySQL 8.0+ or MariaDB 10.6+ source, through asyncmy (the ``mysql`` extra).
+
+Polled: MySQL has no notification a client can wait on. The connection runs in
+autocommit mode, so that each read sees every commit made before it (a transaction
+kept open would read the same snapshot for ever under REPEATABLE READ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import asyncmy
+from asyncmy.errors import MySQLError
+
+from herald.config import mask_secrets
+from herald.model import OutboxRow
+from herald.sourcedb.base import SourceDB, SourceError
+
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+class MySQLSource(SourceDB):
+    dialect = "mysql"
+    quote = "`"
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self._conn: asyncmy.Connection | None = None
+
+    @staticmethod
+    def param(n: int) -> str:
+        return "%s"
+
+    @contextlib.asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (MySQLError, OSError, TimeoutError) as exc:
+            await self.close()
+            raise SourceError(_describe(exc)) from exc
+
+    async def open(self) -> None:
+        parts = urlsplit(self.settings.url)
+        async with self._errors():
+            self._conn = await asyncio.wait_for(
+                asyncmy.connect(
+                    host=parts.hostname or "localhost",
+                    port=parts.port or 3306,
+                    user=unquote(parts.username or "root"),
+                    password=unquote(parts.password or ""),
+                    database=unquote(parts.path.lstrip("/")),
+                    autocommit=True,
+                    charset="utf8mb4",
+                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                ),
+                CONNECT_TIMEOUT_SECONDS,
+            )
+            await self._query(self.select_sql, (0,))
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def _query(self, sql: str, args: Sequence[Any]) -> list[Sequence[Any]]:
+        if self._conn is None:
+            raise SourceError("not connected")
+        async with self._conn.cursor() as cur:
+            await cur.execute(sql, tuple(args))
+            return list(await cur.fetchall())
+
+    async def read(self, limit: int) -> list[OutboxRow]:
+        async with self._errors():
+            return self.rows(await self._query(self.select_sql, (limit,)))
+
+    async def delete(self, seqs: Sequence[int]) -> None:
+        async with self._errors():
+            await self._query(*self.delete_statement(seqs))
+
+    async def stats(self) -> tuple[int, float | None]:
+        async with self._errors():
+            [(count, oldest)] = await self._query(self.stats_sql, ())
+        return int(count), self.oldest_epoch(oldest)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, MySQLError) and len(exc.args) >= 2:
+        return mask_secrets(f"MySQL error {exc.args[0]}: {exc.args[1]}")
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return mask_secrets(str(exc) or type(exc).__name__)

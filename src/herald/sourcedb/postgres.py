@@ -1,0 +1,89 @@
+"""A PostgreSQL source, through asyncpg.
+
+Woken by ``NOTIFY``: the trigger ``herald outbox schema --dialect postgresql``
+prints notifies ``herald_outbox`` on every insert statement, and this source
+listens on its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import asyncpg
+
+from herald.config import mask_secrets
+from herald.model import OutboxRow
+from herald.sourcedb.base import SourceDB, SourceError
+
+CHANNEL = "herald_outbox"
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+class PostgresSource(SourceDB):
+    dialect = "postgresql"
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self._conn: asyncpg.Connection | None = None
+        self._callback: Callable[[], None] | None = None
+
+    @staticmethod
+    def param(n: int) -> str:
+        return f"${n}"
+
+    @contextlib.asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            await self.close()
+            text = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+            raise SourceError(mask_secrets(text.splitlines()[0])) from exc
+
+    async def open(self) -> None:
+        async with self._errors():
+            self._conn = await asyncpg.connect(
+                self.settings.url, timeout=CONNECT_TIMEOUT_SECONDS, statement_cache_size=0
+            )
+            await self._conn.fetch(self.select_sql, 0)
+            if self._callback is not None:
+                await self._listen(self._callback)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+            if not conn.is_closed():
+                conn.terminate()
+
+    def _connected(self) -> asyncpg.Connection:
+        if self._conn is None:
+            raise SourceError("not connected")
+        return self._conn
+
+    async def read(self, limit: int) -> list[OutboxRow]:
+        async with self._errors():
+            return self.rows(await self._connected().fetch(self.select_sql, limit))
+
+    async def delete(self, seqs: Sequence[int]) -> None:
+        async with self._errors():
+            sql, args = self.delete_statement(seqs)
+            await self._connected().execute(sql, *args)
+
+    async def stats(self) -> tuple[int, float | None]:
+        async with self._errors():
+            count, oldest = await self._connected().fetchrow(self.stats_sql)
+        return int(count), self.oldest_epoch(oldest)
+
+    async def _listen(self, callback: Callable[[], None]) -> None:
+        await self._connected().add_listener(CHANNEL, lambda *_: callback())
+
+    async def watch(self, callback: Callable[[], None]) -> bool:
+        self._callback = callback
+        async with self._errors():
+            await self._listen(callback)
+        return True
