@@ -331,3 +331,34 @@ def test_custom_headers_round_trip_through_create_and_edit_as_rows(
     wait_active(herald, dest_id)
     assert sent() == {"X-Api-Key": "key-two", "X-Added": "added"}
     assert "key-two" not in page.content()
+
+
+def test_the_portal_acts_the_same_way(
+    herald: Herald, context: BrowserContext, receiver: Gated
+) -> None:
+    dest = herald.create_webhook(url_of(receiver), name="portal actions")
+    wait_active(herald, dest["id"])
+    here = f"/portal/destinations/{dest['id']}"
+    page = context.new_page()
+    page.goto(f"{here}?token={herald.portal_token('default')}")
+    expect(page).to_have_url(re.compile(re.escape(here) + "$"))
+
+    page.get_by_role("button", name="Rotate secret").click()
+    secret = page.locator("#new-secret").inner_text()
+    assert secret.startswith("whsec_")
+    page.reload()
+    assert secret not in page.content()
+
+    event_id = f"evt_portal_{time.monotonic_ns()}"
+    herald.insert_events([(event_id, "default", "order.created", "{}")])
+    done = "SELECT id FROM herald_deliveries WHERE event_id = ? AND status = 'success'"
+    wait_for(lambda: bool(herald.query(done, (event_id,))), what="the delivery")
+    page.goto(f"/portal/deliveries/{herald.query(done, (event_id,))[0][0]}")
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.locator("#retry-notice")).to_contain_text("attempt 2 succeeded")
+    page.reload()
+    expect(page.locator("#retry-notice")).to_have_count(0)
+    answer = page.goto(f"{here}/pause")
+    assert answer is not None
+    assert answer.status == 200
+    expect(page.locator("#dest-status")).to_have_text("active")

@@ -28,7 +28,6 @@ from herald.views import delivery_view
 PAGE_SIZE = 50
 
 NOTICES = {
-    "retried": "The delivery was re-queued; it is attempted now.",
     "paused": "The destination is paused: its deliveries are held until it is resumed.",
     "resumed": "The destination is active again: its held deliveries are due now.",
     "deleted": "The destination was deleted; its pending deliveries ended as failures.",
