@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
@@ -177,6 +179,18 @@ def test_rows_shown_mask_stored_values_and_never_echo_typed_ones(registry: Regis
     assert again == {"config.custom_headers.0.name": "X-New"}
     assert next((r.name, r.value) for r in forms.shown_rows(field, again, stored)) == ("X-New", "")
     assert forms.shown_rows(field, {}, stored, retype=True)[0].value == ""
+    # Sent back (another field refused): masked where left masked, empty where typed.
+    back = forms.without_credentials(
+        {
+            "config.custom_headers.0.name": "X-Api-Key",
+            "config.custom_headers.0.value": MASK,
+            "config.custom_headers.1.name": "X-Tenant",
+            "config.custom_headers.1.value": "typed",
+        },
+        [field],
+    )
+    shown = forms.shown_rows(field, back, ["X-Api-Key", "X-Tenant"])
+    assert [(r.name, r.value) for r in shown[:2]] == [("X-Api-Key", MASK), ("X-Tenant", "")]
 
 
 def _delivery(attempts: list[int], status: DeliveryStatus) -> Delivery:
@@ -216,6 +230,8 @@ def test_a_retry_is_pending_until_its_attempt_lands() -> None:
     assert retry_state("dlv_2.2", _delivery([1, 2], DeliveryStatus.PENDING)) is None
     assert retry_state("dlv_1.x", _delivery([1, 2], DeliveryStatus.PENDING)) is None
     assert retry_state(None, _delivery([1], DeliveryStatus.PENDING)) is None
+    held = replace(_delivery([1], DeliveryStatus.PENDING), held=True)
+    assert retry_state("dlv_1.1", held) == "held"
     # Ended without an attempt (its destination deleted): nothing to wait for.
     assert retry_state("dlv_1.1", _delivery([1], DeliveryStatus.FAILURE)) is None
 

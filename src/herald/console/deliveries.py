@@ -48,10 +48,11 @@ RETRY_REFRESH_SECONDS = 2
 """How often a delivery's page reloads itself while its retry's attempt is awaited."""
 
 
-def retry_state(flash: str | None, d: Delivery) -> Attempt | Literal["pending"] | None:
+def retry_state(flash: str | None, d: Delivery) -> Attempt | Literal["pending", "held"] | None:
     """What the page says of a "Retry now" (``flash``: the delivery's id and its attempt
     count when it was retried): "pending" until an attempt after those lands, then that
-    attempt; None when the flash is not this delivery's, or it ended without one (a
+    attempt; "held" when its destination is paused (no attempt comes until it is
+    resumed); None when the flash is not this delivery's, or it ended without one (a
     destination deleted meanwhile)."""
     if flash is None:
         return None
@@ -61,7 +62,9 @@ def retry_state(flash: str | None, d: Delivery) -> Attempt | Literal["pending"] 
     landed = [a for a in d.attempts if a.number > int(count)]
     if landed:
         return landed[0]
-    return "pending" if d.status is DeliveryStatus.PENDING else None
+    if d.status is not DeliveryStatus.PENDING:
+        return None
+    return "held" if d.held else "pending"
 
 
 def success_rate(totals: Mapping[str, int]) -> str:

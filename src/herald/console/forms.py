@@ -198,16 +198,20 @@ def pairs_value(rows: list[tuple[str, str]], stored: object, *, repointed: bool)
 def shown_rows(
     field: FormField, form: Mapping[str, str] | None, stored: list[str], *, retype: bool = False
 ) -> list[Row]:
-    """The rows a pairs field shows: the names typed (a form sent back) or stored, each
-    value masked if its name is stored (empty with ``retype``: it must be typed again,
-    and for a name not stored: a typed credential is never sent back), then
-    :data:`BLANK_ROWS` empty ones."""
-    names = [n for n, _ in pair_rows(form, field)] if form is not None else stored
-    if form is not None and not any(k.startswith(field.input_name + ".") for k in form):
-        names = stored
-    rows = [
-        Row(i, name, MASK if name in stored and not retype else "") for i, name in enumerate(names)
-    ]
+    """The rows a pairs field shows: those of a form sent back (its values gone but
+    the ones left masked), else the stored names with their values masked; then
+    :data:`BLANK_ROWS` empty ones. A value is shown masked only where it stays the
+    stored one if sent back so: never with ``retype`` (it must be typed again), never
+    where one was typed (a typed credential is not sent back, and a masked one would
+    silently keep the old value)."""
+    if form is not None and any(k.startswith(field.input_name + ".") for k in form):
+        shown = [
+            (name, MASK if value == MASK and name in stored else "")
+            for name, value in pair_rows(form, field)
+        ]
+    else:
+        shown = [(name, MASK) for name in stored]
+    rows = [Row(i, name, "" if retype else value) for i, (name, value) in enumerate(shown)]
     return rows + [Row(len(rows) + i, "", "") for i in range(BLANK_ROWS)]
 
 
@@ -217,13 +221,15 @@ def _json(rows: list[tuple[str, str]]) -> str:
 
 def without_credentials(form: Mapping[str, str], fields: list[FormField]) -> dict[str, str]:
     """A form to show again without what was typed in a credential's input (the values
-    of a credential pairs field's rows included)."""
+    of a credential pairs field's rows included, but those left masked)."""
     secret = {f.input_name for f in fields if f.sensitive}
     return {
         k: v
         for k, v in form.items()
         if k not in secret
-        and not (k.endswith(".value") and k.rpartition(".")[0].rpartition(".")[0] in secret)
+        and not (
+            k.endswith(".value") and k.rpartition(".")[0].rpartition(".")[0] in secret and v != MASK
+        )
     }
 
 
