@@ -178,7 +178,7 @@ def test_a_failed_delivery_is_found_by_the_filters_and_retried_to_success(
 
         receiver.start()
         page.get_by_role("button", name="Retry now").click()
-        expect(page.get_by_role("status")).to_contain_text("re-queued")
+        expect(page.locator("#retry-notice")).to_contain_text("Retried")
 
         def succeeded() -> bool:
             page.reload()

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from herald.adapters.base import AdapterContext
+from herald.adapters.base import MASK, AdapterContext
 from herald.adapters.registry import Registry
 from herald.config import ConsoleSettings, Settings
 from herald.console import charts, forms
+from herald.console.deliveries import retry_state
 from herald.console.scope import Face, Scope
 from herald.console.session import clear_cookie, csrf_for, csrf_matches, set_cookie
 from herald.egress import EgressPolicy
+from herald.model import Attempt, Delivery, DeliveryKind, DeliveryStatus, Outcome
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,7 @@ def test_an_empty_chart_has_no_bars() -> None:
 
 
 def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
+    fields = forms.config_fields(registry, "webhook")
     body = forms.create_body(
         {
             "csrf_token": "t",
@@ -62,30 +67,173 @@ def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
             "events": "order.*, invoice.paid\nrefund.*",
             "config.url": "https://example.com/hook",
             "config.secret": "",
-        }
+            "config.custom_headers.0.name": "X-Api-Key",
+            "config.custom_headers.0.value": "k1",
+            "config.custom_headers.1.name": "",
+            "config.custom_headers.1.value": "",
+            "config.custom_headers.2.name": " X-Tenant ",
+            "config.custom_headers.2.value": "acme",
+        },
+        fields,
     )
     assert body == {
         "name": "Orders",
         "type": "webhook",
         "events": ["order.*", "invoice.paid", "refund.*"],
-        "webhook": {"url": "https://example.com/hook"},  # empty fields are not sent
+        # Empty fields are not sent; the rows become the JSON object the API takes.
+        "webhook": {
+            "url": "https://example.com/hook",
+            "custom_headers": '{"X-Api-Key":"k1","X-Tenant":"acme"}',
+        },
     }
-    assert forms.edit_body({"name": "n", "events": "a.b"}, "webhook") == {
+    assert forms.edit_body({"name": "n", "events": "a.b"}, "webhook", fields, {}) == {
         "name": "n",
         "events": ["a.b"],
     }
     # The config as edited: a masked credential goes back as shown (the service keeps
-    # it), an emptied field is removed.
-    edited = {"name": "n", "events": "a.b", "config.url": "https://x.test/", "config.secret": "*"}
-    assert forms.edit_body({**edited, "config.custom_headers": ""}, "webhook")["webhook"] == {
+    # it), an emptied field is removed, a key/value field without a row too.
+    edited = {
+        "name": "n",
+        "events": "a.b",
+        "config.url": "https://x.test/",
+        "config.secret": "*",
+        "config.custom_headers.0.name": "",
+        "config.custom_headers.0.value": "",
+    }
+    assert forms.edit_body(edited, "webhook", fields, {})["webhook"] == {
         "url": "https://x.test/",
         "secret": "*",
         "custom_headers": None,
     }
-    fields = {f.name: f for f in forms.config_fields(registry, "webhook")}
-    assert fields["url"].required
-    assert fields["secret"].sensitive
-    assert fields["url"].input_name == "config.url"
+    by_name = {f.name: f for f in fields}
+    assert by_name["url"].required
+    assert by_name["secret"].sensitive
+    assert by_name["url"].input_name == "config.url"
+    assert by_name["custom_headers"].pairs
+
+
+def test_a_form_shows_only_the_fields_its_type_uses(registry: Registry) -> None:
+    # Accepted by every config model, dialled by the SDK types and hookdeck only.
+    assert "endpoint_url" not in {f.name for f in forms.config_fields(registry, "webhook")}
+    assert "endpoint_url" not in {f.name for f in forms.config_fields(registry, "rabbitmq")}
+    for used in ("aws_sqs", "gcp_pubsub", "azure_servicebus", "hookdeck"):
+        assert "endpoint_url" in {f.name for f in forms.config_fields(registry, used)}, used
+
+
+STORED = '{"X-Api-Key":"k1","X-Tenant":"acme"}'
+
+
+@pytest.mark.parametrize(
+    ("rows", "repointed", "sent"),
+    [
+        # Left as shown: unchanged (and, re-pointed, the service asks for it again).
+        ([("X-Api-Key", MASK), ("X-Tenant", MASK)], False, MASK),
+        ([("X-Api-Key", MASK), ("X-Tenant", MASK)], True, MASK),
+        # A row added, one removed, a value typed: the masked ones keep their value.
+        (
+            [("X-Api-Key", MASK), ("X-Tenant", MASK), ("X-New", "n")],
+            False,
+            '{"X-Api-Key":"k1","X-Tenant":"acme","X-New":"n"}',
+        ),
+        ([("X-Tenant", MASK)], False, '{"X-Tenant":"acme"}'),
+        ([("X-Api-Key", "k2"), ("X-Tenant", MASK)], False, '{"X-Api-Key":"k2","X-Tenant":"acme"}'),
+        # Never a stored value for a new target.
+        ([("X-Tenant", MASK), ("X-New", "n")], True, MASK),
+        ([("X-New", "n")], True, '{"X-New":"n"}'),
+        ([], False, None),
+    ],
+)
+def test_key_value_rows_keep_the_values_left_masked(
+    rows: list[tuple[str, str]], repointed: bool, sent: str | None
+) -> None:
+    assert forms.pairs_value(rows, STORED, repointed=repointed) == sent
+
+
+def test_an_edit_that_changes_the_target_fills_no_masked_value_in(registry: Registry) -> None:
+    fields = forms.config_fields(registry, "webhook")
+    stored = {"url": "https://a.test/", "custom_headers": STORED}
+    form = {
+        "name": "n",
+        "events": "a.b",
+        "config.url": "https://b.test/",
+        "config.custom_headers.0.name": "X-Api-Key",
+        "config.custom_headers.0.value": MASK,
+        "config.custom_headers.1.name": "X-New",
+        "config.custom_headers.1.value": "n",
+    }
+    assert forms.edit_body(form, "webhook", fields, stored)["webhook"]["custom_headers"] == MASK
+    same = {**form, "config.url": "https://a.test/"}
+    assert (
+        forms.edit_body(same, "webhook", fields, stored)["webhook"]["custom_headers"]
+        == '{"X-Api-Key":"k1","X-New":"n"}'
+    )
+
+
+def test_rows_shown_mask_stored_values_and_never_echo_typed_ones(registry: Registry) -> None:
+    field = next(f for f in forms.config_fields(registry, "webhook") if f.pairs)
+    stored = ["X-Api-Key"]
+    shown = forms.shown_rows(field, None, stored)
+    assert [(r.name, r.value) for r in shown] == [("X-Api-Key", MASK), ("", ""), ("", "")]
+    typed = {"config.custom_headers.0.name": "X-New", "config.custom_headers.0.value": "typed"}
+    again = forms.without_credentials(typed, [field])
+    assert again == {"config.custom_headers.0.name": "X-New"}
+    assert next((r.name, r.value) for r in forms.shown_rows(field, again, stored)) == ("X-New", "")
+    assert forms.shown_rows(field, {}, stored, retype=True)[0].value == ""
+    # Sent back (another field refused): masked where left masked, empty where typed.
+    back = forms.without_credentials(
+        {
+            "config.custom_headers.0.name": "X-Api-Key",
+            "config.custom_headers.0.value": MASK,
+            "config.custom_headers.1.name": "X-Tenant",
+            "config.custom_headers.1.value": "typed",
+        },
+        [field],
+    )
+    shown = forms.shown_rows(field, back, ["X-Api-Key", "X-Tenant"])
+    assert [(r.name, r.value) for r in shown[:2]] == [("X-Api-Key", MASK), ("X-Tenant", "")]
+
+
+def _delivery(attempts: list[int], status: DeliveryStatus) -> Delivery:
+    return Delivery(
+        id="dlv_1",
+        tenant_id="t",
+        event_id="e",
+        event_type="a.b",
+        destination_id="d",
+        kind=DeliveryKind.EVENT,
+        status=status,
+        attempt_count=len(attempts),
+        max_attempts=5,
+        next_attempt_at=None,
+        held=False,
+        created_at=0.0,
+        updated_at=0.0,
+        attempts=tuple(
+            Attempt(
+                id=f"att_{n}",
+                delivery_id="dlv_1",
+                number=n,
+                started_at=0.0,
+                duration_ms=1.0,
+                outcome=Outcome.SUCCESS,
+            )
+            for n in attempts
+        ),
+    )
+
+
+def test_a_retry_is_pending_until_its_attempt_lands() -> None:
+    assert retry_state("dlv_1.2", _delivery([1, 2], DeliveryStatus.PENDING)) == "pending"
+    landed = retry_state("dlv_1.2", _delivery([1, 2, 3], DeliveryStatus.SUCCESS))
+    assert isinstance(landed, Attempt)
+    assert landed.number == 3
+    assert retry_state("dlv_2.2", _delivery([1, 2], DeliveryStatus.PENDING)) is None
+    assert retry_state("dlv_1.x", _delivery([1, 2], DeliveryStatus.PENDING)) is None
+    assert retry_state(None, _delivery([1], DeliveryStatus.PENDING)) is None
+    held = replace(_delivery([1], DeliveryStatus.PENDING), held=True)
+    assert retry_state("dlv_1.1", held) == "held"
+    # Ended without an attempt (its destination deleted): nothing to wait for.
+    assert retry_state("dlv_1.1", _delivery([1], DeliveryStatus.FAILURE)) is None
 
 
 @pytest.mark.parametrize(

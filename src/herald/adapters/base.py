@@ -133,6 +133,10 @@ class DestinationConfig(BaseModel):
     endpoint_url: str | None = Field(default=None, json_schema_extra=TARGET)
     """Point the type at a compatible service or a local emulator (not in the spec)."""
 
+    unused_fields: ClassVar[frozenset[str]] = frozenset()
+    """Fields of this base that the type accepts (or refuses) but does nothing with: the
+    console's forms leave them out (a webhook has no use for ``endpoint_url``)."""
+
     renewed: ClassVar[Mapping[str, Callable[[], str]]] = {}
     """Credentials that a new target gets a fresh value of, when the change does not give
     one (the webhook's signing secret); every other credential must be given again."""

@@ -44,7 +44,7 @@ import hashlib
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -184,6 +184,7 @@ def url_credentials(data: Mapping[str, Any]) -> dict[str, Any]:
 class RabbitMQConfig(DestinationConfig):
     endpoint_url: str | None = None
     """Refused (``_no_endpoint``): ``server_url`` is the broker, and the target."""
+    unused_fields: ClassVar[frozenset[str]] = frozenset({"endpoint_url"})
     server_url: str = Field(json_schema_extra=TARGET)
     exchange: str = Field(json_schema_extra=TARGET)
     tls: str | None = Field(default=None, json_schema_extra=TARGET)

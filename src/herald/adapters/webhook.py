@@ -212,6 +212,8 @@ class WebhookConfig(DestinationConfig):
         json_schema_extra={
             **sensitive(f"JSON object of extra headers, at most {MAX_CUSTOM_HEADERS} of them"),
             "maxLength": MAX_CUSTOM_HEADERS_LENGTH,
+            # The console's forms edit it as name/value rows.
+            "pairs": True,
         },
     )
     secret: str | None = Field(default=None, json_schema_extra=sensitive("whsec_ signing secret"))
@@ -248,6 +250,9 @@ class WebhookConfig(DestinationConfig):
         "PEM CA certificate(s) trusted for the receiver instead of the system's",
         limit=MAX_PEM_LENGTH,
     )
+
+    # Accepted (and a target, docs/security.md) but never dialled: ``url`` is the receiver.
+    unused_fields: ClassVar[frozenset[str]] = frozenset({"endpoint_url"})
 
     # A new URL left without a secret gets a fresh one: the old one would make it a
     # signing oracle (docs/security.md).

@@ -8,7 +8,7 @@ Every lookup is within the request's scope: another tenant's id is a 404."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -25,21 +25,46 @@ from herald.console.pages import (
     PAGE_SIZE,
     Pages,
     base,
+    clear_flash,
+    flashed,
     path_segment,
     pretty,
     redirect,
     render,
-    with_notice,
+    set_flash,
 )
 from herald.console.sent import sent_view
 from herald.errors import HeraldError, NotFound
-from herald.model import DeliveryStatus
+from herald.model import Attempt, Delivery, DeliveryStatus
 from herald.store.recent import EventSummary
 from herald.timeutil import format_epoch
 
 REJECTED_PAGE = 50
 REJECTED_DATA_CHARS = 2000
 """A rejected row's data is shown up to this many characters (a row may hold 1 MB)."""
+
+
+RETRY_REFRESH_SECONDS = 2
+"""How often a delivery's page reloads itself while its retry's attempt is awaited."""
+
+
+def retry_state(flash: str | None, d: Delivery) -> Attempt | Literal["pending", "held"] | None:
+    """What the page says of a "Retry now" (``flash``: the delivery's id and its attempt
+    count when it was retried): "pending" until an attempt after those lands, then that
+    attempt; "held" when its destination is paused (no attempt comes until it is
+    resumed); None when the flash is not this delivery's, or it ended without one (a
+    destination deleted meanwhile)."""
+    if flash is None:
+        return None
+    delivery_id, _, count = flash.rpartition(".")
+    if delivery_id != d.id or not count.isdigit():
+        return None
+    landed = [a for a in d.attempts if a.number > int(count)]
+    if landed:
+        return landed[0]
+    if d.status is not DeliveryStatus.PENDING:
+        return None
+    return "held" if d.held else "pending"
 
 
 def success_rate(totals: Mapping[str, int]) -> str:
@@ -127,7 +152,8 @@ class DeliveryPages(Pages):
         body = None if event is None else event.envelope()
         names = await self.destination_names(tenant, [d.destination_id])
         view = self.delivery_item(d, names, with_attempts=True)
-        return render(
+        retried = retry_state(flashed(request, "retried"), d)
+        response = render(
             "delivery.html",
             request,
             {
@@ -135,15 +161,25 @@ class DeliveryPages(Pages):
                 "envelope": None if body is None else pretty(body),
                 "sent": [sent_view(a, body) for a in reversed(d.attempts)],
                 "retryable": d.kind.value == "event",
+                "retried": retried,
+                "refresh": RETRY_REFRESH_SECONDS if retried == "pending" else None,
             },
         )
+        if retried is not None and retried != "pending":
+            clear_flash(request, response)  # the outcome is shown once
+        return response
 
     async def retry(self, request: web.Request) -> web.StreamResponse:
         tenant = self.scope(request).tenant_id
-        d = await self.service.retry(tenant, request.match_info["id"])
+        # The attempts made before: the retry's may land before its answer is read.
+        before = await self.service.get_delivery(tenant, request.match_info["id"])
+        d = await self.service.retry(tenant, before.id)
         self.wake()
         self.audit(request, "delivery_retried", tenant_id=d.tenant_id, delivery_id=d.id)
-        return redirect(with_notice(f"{base(request)}/deliveries/{d.id}", "retried"))
+        response = redirect(f"{base(request)}/deliveries/{d.id}")
+        # The page waits for the attempt after those made so far, and shows its outcome.
+        set_flash(request, response, "retried", f"{d.id}.{before.attempt_count}")
+        return response
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         """The events list, newest first; with ``id``, the lookup of one event."""

@@ -6,18 +6,32 @@ for another tenant's id gets the same 404 as for an id that does not exist."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from herald.audit import update_fields
 from herald.console import charts, forms
-from herald.console.pages import PAGE_SIZE, Pages, base, choice, redirect, render, with_notice
+from herald.console.pages import (
+    PAGE_SIZE,
+    Pages,
+    base,
+    choice,
+    clear_flash,
+    flashed,
+    redirect,
+    render,
+    set_flash,
+    with_notice,
+)
 from herald.console.scope import FORM
 from herald.console.session import CSRF_FIELD
-from herald.errors import HeraldError
+from herald.errors import HeraldError, NotFound
 from herald.model import DeliveryFilter, Destination, DestinationHealth, DestinationStatus
 from herald.views import (
     attempt_said,
@@ -95,10 +109,22 @@ class DestinationPages(Pages):
             pending = (
                 {"at": attempt["started_at"], "said": attempt_said(attempt)} if attempt else {}
             )
+        fields = forms.config_fields(self.registry, dest.type)
+        form = extra.get("form")
         context: dict[str, Any] = {
             "dest": {**self._view(dest), **self._health(health)},
             "chart": charts.hourly_chart(hours, now=now, label="per hour, last 24 hours"),
-            "fields": forms.config_fields(self.registry, dest.type),
+            "fields": fields,
+            "rows": {
+                f.name: forms.shown_rows(
+                    f,
+                    form,
+                    list(forms.stored_pairs(dest.secrets.get(f.name, dest.config.get(f.name)))),
+                    retype=f.input_name in extra.get("errors", {}),
+                )
+                for f in fields
+                if f.pairs
+            },
             "recent": [delivery_view(d) for d in recent],
             "pending": pending,
             "errors": {},
@@ -123,7 +149,34 @@ class DestinationPages(Pages):
         return redirect(with_notice(f"{base(request)}/destinations/{dest.id}", notice))
 
     async def show(self, request: web.Request) -> web.StreamResponse:
-        return await self._page(request, await self._get(request))
+        dest = await self._get(request)
+        extra: dict[str, Any] = {}
+        test_id = request.query.get("test")
+        if test_id:
+            try:
+                test = await self.service.get_delivery(dest.tenant_id, test_id)
+            except NotFound:
+                test = None
+            if test is not None and test.destination_id == dest.id:
+                extra["test"] = delivery_view(test, with_attempts=True)
+        flash = flashed(request, "rotated")
+        secret = dest.secrets.get("secret")
+        if flash and secret and hmac.compare_digest(flash, self._rotated(request, dest.id, secret)):
+            # The secret the rotation made, read once: the flash ends with this page.
+            extra["secret"] = secret
+        response = await self._page(request, dest, **extra)
+        if flash is not None:
+            clear_flash(request, response)
+        return response
+
+    def _rotated(self, request: web.Request, dest_id: str, secret: str) -> str:
+        """The flash that shows ``dest``'s new secret once: its id and a MAC of the
+        secret under the session's CSRF token (no secret in a cookie, and a flash made
+        up by hand shows nothing)."""
+        mac = hmac.new(
+            self.scope(request).csrf.encode(), f"{dest_id}:{secret}".encode(), hashlib.sha256
+        )
+        return f"{dest_id}.{mac.hexdigest()[:32]}"
 
     async def _set_status(self, request: web.Request, status: DestinationStatus) -> web.Response:
         dest = await self._get(request)
@@ -156,7 +209,11 @@ class DestinationPages(Pages):
             delivery_id=delivery.id,
             outcome=delivery.status.value,
         )
-        return await self._page(request, dest, test=delivery_view(delivery, with_attempts=True))
+        # Its result is a delivery of its own: the page shows it by id (a reload reads it
+        # again, and sends nothing).
+        return redirect(
+            f"{base(request)}/destinations/{dest.id}?{urlencode({'test': delivery.id})}"
+        )
 
     async def verify(self, request: web.Request) -> web.StreamResponse:
         dest = await self._get(request)
@@ -172,27 +229,30 @@ class DestinationPages(Pages):
         except HeraldError as exc:
             return await self._refused(request, dest, exc)
         self._audit(request, "destination_secret_rotated", dest)
-        # Shown in this response only (never stored in clear, never in a URL).
-        return await self._page(request, dest, secret=secret)
+        # Shown by the page this redirects to, once (never in a URL or a cookie: the
+        # flash names it by a MAC).
+        response = redirect(f"{base(request)}/destinations/{dest.id}")
+        set_flash(request, response, "rotated", self._rotated(request, dest.id, secret))
+        return response
 
     async def edit(self, request: web.Request) -> web.StreamResponse:
         dest = await self._get(request)
         form = request[FORM]
+        fields = forms.config_fields(self.registry, dest.type)
+        body = forms.edit_body(form, dest.type, fields, {**dest.config, **dest.secrets})
         try:
-            await self.service.update(dest.tenant_id, dest.id, forms.edit_body(form, dest.type))
+            await self.service.update(dest.tenant_id, dest.id, body)
         except HeraldError as exc:
             errors, error = forms.form_errors(exc, dest.type)
             # Credentials typed are not sent back into the page: their inputs show the
             # stored ones masked again, or nothing where the change must give one again.
-            sensitive = self._sensitive_inputs(dest.type)
-            kept = {k: v for k, v in form.items() if k != CSRF_FIELD and k not in sensitive}
+            sensitive = {f.input_name for f in fields if f.sensitive and not f.pairs}
+            kept = forms.without_credentials(_unsigned(form), fields)
             kept.update(dict.fromkeys(sensitive & errors.keys(), ""))
             return await self._page(
                 request, dest, status=exc.status, errors=errors, error=error, form=kept
             )
-        self._audit(
-            request, "destination_updated", dest, **update_fields(forms.edit_body(form, dest.type))
-        )
+        self._audit(request, "destination_updated", dest, **update_fields(body))
         return self._done(request, dest, "saved")
 
     async def delete_page(self, request: web.Request) -> web.StreamResponse:
@@ -219,13 +279,15 @@ class DestinationPages(Pages):
     ) -> web.Response:
         types = [a.type_id for a in self.registry]
         chosen = self._type_or_first(form)
+        fields = forms.config_fields(self.registry, chosen)
         return render(
             "destination_new.html",
             request,
             {
                 "types": types,
                 "chosen": chosen,
-                "fields": forms.config_fields(self.registry, chosen),
+                "fields": fields,
+                "rows": {f.name: forms.shown_rows(f, form, []) for f in fields if f.pairs},
                 "form": form,
                 "errors": errors,
                 "error": error,
@@ -236,24 +298,25 @@ class DestinationPages(Pages):
     async def create(self, request: web.Request) -> web.StreamResponse:
         form = request[FORM]
         tenant = self.scope(request).tenant(form.get("tenant")) or "default"
+        fields = forms.config_fields(self.registry, self._type_or_first(form))
         try:
-            dest = await self.service.create(tenant, forms.create_body(form))
+            dest = await self.service.create(tenant, forms.create_body(form, fields))
         except HeraldError as exc:
             errors, error = forms.form_errors(exc, form.get("type", ""))
             # Credentials typed are not sent back into the page.
-            sensitive = self._sensitive_inputs(self._type_or_first(form))
-            kept = {k: v for k, v in form.items() if k != CSRF_FIELD and k not in sensitive}
+            kept = forms.without_credentials(_unsigned(form), fields)
             return self._create_form(request, kept, errors=errors, error=error, status=exc.status)
         self.wake()
         self.audit(request, "destination_created", tenant_id=tenant, destination_id=dest.id)
         return self._done(request, dest, "created")
-
-    def _sensitive_inputs(self, type_name: str) -> set[str]:
-        """The form inputs of ``type_name``'s credentials."""
-        return {f.input_name for f in forms.config_fields(self.registry, type_name) if f.sensitive}
 
     def _type_or_first(self, form: Mapping[str, str]) -> str:
         try:
             return self.registry.canonical(form.get("type", ""))
         except HeraldError:
             return next(iter(self.registry)).type_id
+
+
+def _unsigned(form: Mapping[str, str]) -> dict[str, str]:
+    """A form posted, without its CSRF token (a page shown again carries its own)."""
+    return {k: v for k, v in form.items() if k != CSRF_FIELD}

@@ -28,7 +28,6 @@ from herald.views import delivery_view
 PAGE_SIZE = 50
 
 NOTICES = {
-    "retried": "The delivery was re-queued; it is attempted now.",
     "paused": "The destination is paused: its deliveries are held until it is resumed.",
     "resumed": "The destination is active again: its held deliveries are due now.",
     "deleted": "The destination was deleted; its pending deliveries ended as failures.",
@@ -101,6 +100,56 @@ def redirect(location: str) -> web.Response:
 
 def with_notice(path: str, notice: str) -> str:
     return f"{path}?{urlencode({'notice': notice})}"
+
+
+FLASH_SECONDS = 600
+"""How long a flash waits for the page that reads it (a retry's outcome, a new secret)."""
+
+
+def _flash_cookie(request: web.Request) -> str:
+    return f"{request.app[FACE].cookie}_flash"
+
+
+def set_flash(request: web.Request, response: web.StreamResponse, kind: str, value: str) -> None:
+    """A one-time word from an action to the page its redirect leads to: ``kind:value``
+    in a cookie of the face's path, read by :func:`flashed`, ended by
+    :func:`clear_flash`. ``value`` is URL-safe (ids, counts, hex), never a secret."""
+    face = request.app[FACE]
+    text = f"{kind}:{value}"
+    if face.framable:  # a framed portal: only a partitioned SameSite=None cookie arrives
+        response.headers.add(
+            "Set-Cookie",
+            f"{_flash_cookie(request)}={text}; Path={face.prefix}; Max-Age={FLASH_SECONDS};"
+            " HttpOnly; SameSite=None; Secure; Partitioned",
+        )
+        return
+    response.set_cookie(
+        _flash_cookie(request),
+        text,
+        path=face.prefix,
+        max_age=FLASH_SECONDS,
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
+
+
+def flashed(request: web.Request, kind: str) -> str | None:
+    """The value of the request's flash of ``kind``, or None."""
+    got, colon, value = request.cookies.get(_flash_cookie(request), "").partition(":")
+    return value if colon and got == kind else None
+
+
+def clear_flash(request: web.Request, response: web.StreamResponse) -> None:
+    face = request.app[FACE]
+    if face.framable:
+        response.headers.add(
+            "Set-Cookie",
+            f"{_flash_cookie(request)}=; Path={face.prefix}; Max-Age=0;"
+            " HttpOnly; SameSite=None; Secure; Partitioned",
+        )
+        return
+    response.del_cookie(_flash_cookie(request), path=face.prefix)
 
 
 def elapsed_ms(started: float) -> float:

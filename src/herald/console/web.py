@@ -18,7 +18,7 @@ Every change writes one audit line naming who asked (``by=console:<key id>`` or
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from herald.config import Settings
 from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
 from herald.console.guard import Door, Guard
-from herald.console.pages import path_segment, redirect, when
+from herald.console.pages import base, path_segment, redirect, when
 from herald.console.portal import PortalDoor, portal_face
 from herald.console.replays import ReplayPages
 from herald.console.scope import FACE, Face
@@ -139,6 +139,22 @@ class Console:
         r.add_get("/events/{id:.+}", dlv.event)
         if face.every_tenant:
             r.add_get("/outbox/rejected", dlv.rejected)
+        # An action's address opened later (a bookmark, a reload after the redirect, a
+        # link shared) leads to the page the action is on, not to a bare 405.
+        r.add_get("/logout", to_page("/"))
+        r.add_get("/deliveries/{id}/retry", to_page("/deliveries/{id}"))
+        for action in ("edit", "pause", "resume", "test", "verify", "rotate-secret"):
+            r.add_get(f"/destinations/{{id}}/{action}", to_page("/destinations/{id}"))
+
+
+def to_page(path: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A GET handler sending to ``path`` under the face (``{id}``: the request's, quoted)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        ident = request.match_info.get("id", "")
+        return redirect(f"{base(request)}{path.replace('{id}', path_segment(ident))}")
+
+    return handler
 
 
 def _mount(app: web.Application, sub: web.Application, prefix: str) -> None:
