@@ -258,8 +258,8 @@ class DeliverySettings(_Section):
     max_concurrency: int = Field(default=256, ge=1, le=10_000)
     max_per_destination: int = Field(default=64, ge=1, le=10_000)
     max_per_tenant: int | None = Field(default=None, ge=1, le=10_000)
-    """Attempts in flight at once for one tenant; unset: half of ``max_concurrency``
-    (see :attr:`tenant_cap`)."""
+    """Attempts in flight at once for one tenant; unset: ``max_concurrency`` less one
+    destination's share, at least half of it (see :attr:`tenant_cap`)."""
     worker_processes: int = Field(default_factory=auto_worker_processes, ge=1, le=64)
     claim_batch_size: int = Field(default=512, ge=1, le=10_000)
     lease_seconds: float = Field(default=300.0, gt=0)
@@ -282,11 +282,14 @@ class DeliverySettings(_Section):
 
     @property
     def tenant_cap(self) -> int:
-        """``max_per_tenant``, or half of ``max_concurrency`` when it is unset: one
-        tenant's hanging receivers leave the other half to the rest."""
+        """``max_per_tenant``; unset, ``max_concurrency`` less ``max_per_destination``
+        (at least half of ``max_concurrency``): one tenant's hanging receivers always
+        leave the others a full destination's share (64 of 256 by default), while its
+        own healthy destinations still have room beside two hanging ones (192 − 2 × 64)."""
         if self.max_per_tenant is not None:
             return self.max_per_tenant
-        return max(1, self.max_concurrency // 2)
+        rest = self.max_concurrency - self.max_per_destination
+        return max(1, self.max_concurrency // 2, rest)
 
     @model_validator(mode="after")
     def _timeout_spans_heartbeats(self) -> DeliverySettings:

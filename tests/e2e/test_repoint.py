@@ -177,16 +177,23 @@ async def edit(
 async def repoint_through_the_form(
     session: aiohttp.ClientSession, page_path: str, old: Receiver, new: Receiver
 ) -> None:
-    shown = {"config.custom_headers": MASK, "config.secret": MASK}
+    # The form as shown: the header's row with its value masked, the secret masked.
+    shown = {
+        "config.custom_headers.0.name": "Authorization",
+        "config.custom_headers.0.value": MASK,
+        "config.secret": MASK,
+    }
     status, page = await edit(session, page_path, {"config.url": new.url, **shown})
     assert status == 422, page
-    # Beside its input, which is emptied for the credential to be typed again.
-    assert re.search(r'id="e-custom-headers" name="config.custom_headers" value=""', page)
-    assert 'aria-errormessage="e-custom-headers-error"' in page
+    # Beside its rows, whose value is emptied for the credential to be typed again.
+    assert re.search(r'name="config.custom_headers.0.value" value=""', page), page
+    assert 'aria-errormessage="e-config-custom-headers-error"' in page
     assert "must be given again" in page
     assert old.url in page  # nothing changed: the stored URL is still shown above the form
 
-    status, _ = await edit(session, page_path, {"config.url": new.url, "config.custom_headers": ""})
+    # Its row emptied: the header dropped.
+    dropped = {"config.custom_headers.0.name": "", "config.custom_headers.0.value": ""}
+    status, _ = await edit(session, page_path, {"config.url": new.url, **dropped})
     assert status == 303
     headers = await ping(new)
     assert "authorization" not in headers

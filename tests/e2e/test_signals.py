@@ -163,6 +163,13 @@ async def test_a_verification_that_runs_out_is_shown_and_signalled(
             "failed_at": shown["verification"]["failed_at"],
             "last_error": data["last_error"],
             "reverify": f"POST /v2/event-destinations/{dest['id']}/verify",
+            # The ping's last attempt, why it is pending (issue 30, additive).
+            "last_attempt": {
+                "error": "HTTP 503",
+                "outcome": "failure_retryable",
+                "response_status": 503,
+                "started_at": shown["verification"]["last_attempt"]["started_at"],
+            },
         }
         # Nobody but Herald publishes its operational events.
         status, _, body = await api.post(

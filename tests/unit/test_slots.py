@@ -186,9 +186,13 @@ def test_unqueue_drops_what_waits_and_keeps_what_runs() -> None:
     assert len(started) == 2
 
 
-def test_the_tenant_cap_is_half_the_concurrency_unless_set() -> None:
-    assert DeliverySettings().tenant_cap == 128
+def test_the_tenant_cap_leaves_the_others_a_destinations_share_unless_set() -> None:
+    # 256 less one destination's 64: two hanging destinations of a tenant leave its
+    # healthy ones 64, and the other tenants always keep 64.
+    assert DeliverySettings().tenant_cap == 192
+    # Never below half of the concurrency (a destination's share larger than half).
     assert DeliverySettings(max_concurrency=9).tenant_cap == 4
+    assert DeliverySettings(max_concurrency=100, max_per_destination=10).tenant_cap == 90
     assert DeliverySettings(max_concurrency=1).tenant_cap == 1
     assert DeliverySettings(max_per_tenant=256).tenant_cap == 256
 
