@@ -76,27 +76,7 @@ class EngineStore(StorePart):
             existing = {(r[0], r[1]) for r in await d.fetch(c, "relay_existing", ids)}
             plan = process(rows, existing)
             now = time.time()
-            await self._insert_events(c, plan.events, now)
-            plan.leased = await self._insert_deliveries(c, plan.deliveries, now)
-            if plan.rejected:
-                await d.executemany(
-                    c,
-                    "relay_reject",
-                    [
-                        (
-                            r.seq,
-                            r.id,
-                            r.tenant_id,
-                            r.type,
-                            r.data,
-                            r.created_at,
-                            r.reason,
-                            now,
-                            r.source,
-                        )
-                        for r in plan.rejected
-                    ],
-                )
+            await self._write_plan(c, plan, now, "herald")
             await d.execute(c, "relay_delete", *d.outbox_delete_args(rows))
             return plan, len(rows)
 

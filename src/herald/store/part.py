@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from herald.crypto import SecretBox
-from herald.model import Event, NewDelivery
+from herald.model import Event, NewDelivery, RelayPlan
 from herald.store.dialect import Conn, Dialect, Row
 from herald.store.rows import new_delivery_rows
 
@@ -67,6 +67,22 @@ class StorePart:
         values, leased = new_delivery_rows(rows, statuses, now)
         await self.dialect.insert_many(c, "insert_deliveries", values)
         return leased
+
+    async def _write_plan(self, c: Conn, plan: RelayPlan, now: float, source: str) -> None:
+        """Store what the relay planned for a batch of outbox rows: the events, their
+        deliveries (``plan.leased`` set to those stored leased) and the rejected rows,
+        named by the ``source`` they came from (``herald``: the built-in outbox)."""
+        await self._insert_events(c, plan.events, now)
+        plan.leased = await self._insert_deliveries(c, plan.deliveries, now)
+        if plan.rejected:
+            await self.dialect.executemany(
+                c,
+                "relay_reject",
+                [
+                    (r.seq, r.id, r.tenant_id, r.type, r.data, r.created_at, r.reason, now, source)
+                    for r in plan.rejected
+                ],
+            )
 
     async def _set_held(self, c: Conn, dest_id: str, *, held: bool) -> None:
         await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))

@@ -63,27 +63,7 @@ class SourceStore(StorePart):
                 (relayed if same_event(row, stored) else fresh).append(row)
             plan = process(fresh, set(stored))
             now = time.time()
-            await self._insert_events(c, plan.events, now)
-            plan.leased = await self._insert_deliveries(c, plan.deliveries, now)
-            if plan.rejected:
-                await d.executemany(
-                    c,
-                    "relay_reject",
-                    [
-                        (
-                            r.seq,
-                            r.id,
-                            r.tenant_id,
-                            r.type,
-                            r.data,
-                            r.created_at,
-                            r.reason,
-                            now,
-                            source,
-                        )
-                        for r in plan.rejected
-                    ],
-                )
+            await self._write_plan(c, plan, now, source)
             return plan, relayed
 
     async def source_lease(self, source: str, owner: str, *, until: float, now: float) -> bool:
