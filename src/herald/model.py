@@ -139,6 +139,9 @@ class Destination:
     ``pending_verification``); None while one is pending or after it succeeded."""
     verification_error: str | None = None
     """The last error of that failed verification."""
+    filter: dict[str, Any] | None = None
+    """Its payload filter (``payload_filter.py``'s syntax), or None: every event of its
+    types."""
 
     @property
     def deleted(self) -> bool:

@@ -45,6 +45,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.ingest",
         "herald.fields",
         "herald.signals",
+        "herald.payload_filter",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),

@@ -62,7 +62,7 @@ class DestinationStore(StorePart):
         row = destination_to_row(dest, self._box)
         async with d.tx() as c:
             written = await d.execute(
-                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at
+                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at, row[11]
             )
             if not written:
                 return False

@@ -205,18 +205,19 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
+  payload_filter
 FROM herald_destinations WHERE deleted_at IS NULL
 
 -- create_destination --
 INSERT INTO herald_destinations (id, tenant_id, name, type, config, secrets, events, status,
-  created_at, updated_at, deleted_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+  created_at, updated_at, deleted_at, payload_filter)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
 
 -- update_destination --
 -- ?9: the updated_at the caller read (optimistic concurrency), or NULL to write anyway
 UPDATE herald_destinations SET name = ?1, type = ?2, config = ?3, secrets = ?4, events = ?5,
-  status = ?6, updated_at = ?7
+  status = ?6, updated_at = ?7, payload_filter = ?10
 WHERE id = ?8 AND deleted_at IS NULL AND (?9 IS NULL OR updated_at = ?9)
 
 -- fail_verifications --
@@ -227,12 +228,14 @@ WHERE destination_id = ?2 AND kind = 'verification' AND status = 'pending'
 
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
+  payload_filter
 FROM herald_destinations WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error
+  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
+  payload_filter
 FROM herald_destinations WHERE (?1 IS NULL OR tenant_id = ?1) AND deleted_at IS NULL
   AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR type = ?3) AND (?4 IS NULL OR id < ?4)
 ORDER BY id DESC LIMIT ?5
