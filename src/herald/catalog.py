@@ -16,7 +16,8 @@ from herald.adapters.registry import Registry
 from herald.config import Redactor
 from herald.errors import HeraldError
 from herald.match import SubscriptionIndex
-from herald.model import DeliveryKind, Destination, DueDelivery
+from herald.model import DeliveryKind, Destination, DueDelivery, Event
+from herald.payload_filter import Filter, compile_filter, event_document
 from herald.store import Store
 
 log = structlog.get_logger("herald.catalog")
@@ -29,6 +30,8 @@ class Entry:
     config: DestinationConfig | None
     """None when the stored config no longer validates; its deliveries fail loudly."""
     error: str | None = None
+    filter: Filter | None = None
+    """Its payload filter, compiled; None: every event of its types."""
 
 
 class Catalog:
@@ -66,7 +69,7 @@ class Catalog:
         for dest in dests:
             old = self._entries.get(dest.id)
             if old is not None and old.dest.updated_at == dest.updated_at:
-                entry = Entry(dest, old.adapter, old.config, old.error)
+                entry = Entry(dest, old.adapter, old.config, old.error, old.filter)
             else:
                 entry = self._entry(dest)
                 if old is not None:
@@ -80,14 +83,20 @@ class Catalog:
 
     def _entry(self, dest: Destination) -> Entry:
         adapter = self._registry.get(dest.type)
+        payload_filter = None
+        if dest.filter is not None:
+            try:
+                payload_filter = compile_filter(dest.filter)
+            except HeraldError as exc:  # stored before a limit tightened: say so, send all
+                log.error("destination_filter_invalid", destination_id=dest.id, error=exc.message)
         raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}
         raw.update({k: v for k, v in dest.secrets.items() if not k.startswith("_")})
         try:
             config = self._registry.parse_config(dest.type, raw)
         except HeraldError as exc:
             log.error("destination_config_invalid", destination_id=dest.id, error=exc.message)
-            return Entry(dest, adapter, None, exc.message)
-        return Entry(dest, adapter, config)
+            return Entry(dest, adapter, None, exc.message, payload_filter)
+        return Entry(dest, adapter, config, filter=payload_filter)
 
     def get(self, dest_id: str) -> Entry | None:
         return self._entries.get(dest_id)
@@ -111,6 +120,28 @@ class Catalog:
         if index is None:
             return []
         return [self._entries[d] for d in sorted(index.match(event_type))]
+
+    def fan_out(self, event: Event) -> tuple[list[Entry], list[str]]:
+        """The subscribers of ``event`` whose payload filter it passes, and the ids of
+        those whose filter it does not (no delivery for them)."""
+        wanted: list[Entry] = []
+        filtered: list[str] = []
+        document = None
+        for entry in self.subscribers(event.tenant_id, event.type):
+            if entry.filter is not None:
+                if document is None:  # parsed once per event, and only when asked
+                    document = event_document(
+                        id=event.id,
+                        type=event.type,
+                        created_at=event.created_at,
+                        tenant_id=event.tenant_id,
+                        data=event.data,
+                    )
+                if not entry.filter.matches(document):
+                    filtered.append(entry.dest.id)
+                    continue
+            wanted.append(entry)
+        return wanted, filtered
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -248,6 +248,9 @@ class RelayPlan:
     untraced: list[tuple[int, str, bytes]] = field(default_factory=list)
     """(seq, event id, value) of the rows whose ``traceparent`` was invalid: their events
     go without it, and the relay says so once the batch is committed."""
+    filtered: list[str] = field(default_factory=list)
+    """Destination ids, once per event of the batch that did not pass the destination's
+    payload filter (no delivery made)."""
     leased: list[str] = field(default_factory=list)
     """Ids of the deliveries stored leased (``NewDelivery.lease_owner``) and not held:
     the store's answer, after checking against the committed destination status."""

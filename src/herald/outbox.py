@@ -125,7 +125,9 @@ class Relay:
             plan.events.append(event)
             if row.traceparent and event.traceparent is None:  # (empty: none given)
                 plan.untraced.append((row.seq, event.id, row.traceparent))
-            for entry in self._catalog.subscribers(event.tenant_id, event.type):
+            wanted, filtered = self._catalog.fan_out(event)
+            plan.filtered.extend(filtered)
+            for entry in wanted:
                 if entry.dest.id == row.about:
                     continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE

@@ -54,6 +54,7 @@ from herald.model import (
 )
 from herald.overview import Overview
 from herald.overview import read as read_overview
+from herald.payload_filter import compile_filter
 from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -67,6 +68,16 @@ log = structlog.get_logger("herald.service")
 
 EVENT_DELIVERIES_MAX = 200
 """An event's page lists at most this many of its deliveries."""
+
+
+def filter_field(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A body's ``filter``: a payload filter (compiled here to check it, naming the
+    path inside it when it is not one), or None for none."""
+    spec = body.get("filter")
+    if spec is None:
+        return None
+    compile_filter(spec)
+    return dict(spec)
 
 
 class DestinationService:
@@ -120,6 +131,7 @@ class DestinationService:
             "name",
             "type",
             "events",
+            "filter",
             *extra,
             *self.registry.names_of(self.registry.canonical(type_name)),
         }
@@ -160,6 +172,7 @@ class DestinationService:
         if name is None and not found.about("name"):
             found.add(ValidationError("name is required", field="name", code="field_required"))
         events = found.check(events_field, body, required=True)
+        payload_filter = found.check(filter_field, body)
         canonical, used, raw = self._type_object(body, type_name)
         config = None
         if raw is None:
@@ -188,6 +201,7 @@ class DestinationService:
             config=plain,
             secrets=secrets,
             events=events,
+            filter=payload_filter,
             status=DestinationStatus.PENDING_VERIFICATION,
             created_at=now,
             updated_at=now,
@@ -270,6 +284,7 @@ class DestinationService:
         found.check(self._known_keys, body, current.type, ("status",))
         name = found.check(name_field, body)
         events = found.check(events_field, body, required=False)
+        payload_filter = found.check(filter_field, body)
         status_raw = found.check(str_field, body, "status", required=False)
         found.raise_any()
         _, used, raw = self._type_object(body, current.type)
@@ -289,6 +304,8 @@ class DestinationService:
                 changes["name"] = name
             if events is not None:
                 changes["events"] = events
+            if "filter" in body:
+                changes["filter"] = payload_filter
             if raw is not None and given is not None:
                 stored = self._merged(dest)
                 old = self.registry.parse_config(dest.type, stored)

@@ -38,6 +38,7 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         "type": dest.type,
         dest.type: type_config,
         "events": list(dest.events),
+        "filter": dest.filter,
         "status": dest.status.value,
         "verification": verification_view(dest),
         "created_at": _ts(dest.created_at),

@@ -43,6 +43,17 @@ _Patterns = Annotated[list[_Pattern], _documented(maxItems=MAX_PATTERNS)]
 
 
 # --- responses ------------------------------------------------------------------
+_FILTER_FIELD: Any = (
+    dict[str, Any] | None,
+    Field(
+        default=None,
+        description="a payload filter (docs/catalog-and-filters.md): only events that pass it"
+        " get a delivery; null for every event of its types",
+        examples=[{"data": {"amount": {"$gte": 100}}}],
+    ),
+)
+
+
 class ErrorItem(_Strict):
     type: str = Field(description="category, e.g. request, auth, rate_limit")
     code: str = Field(description="stable machine code")
@@ -289,6 +300,7 @@ def destination_models(registry: Registry) -> DestinationModels:
                 " Herald's operational events, which need herald.* or their own type"
             ),
         ),
+        filter=_FILTER_FIELD,
         **create_fields,
     )
     update = create_model(
@@ -297,6 +309,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         name=(_Name | None, None),
         type=(_TypeName | None, None),
         events=(_Patterns | None, None),
+        filter=_FILTER_FIELD,
         # The enum describes the string branch only: beside ``default: null`` at the top
         # it would make the default itself invalid (openapi-spec-validator refuses that).
         # The service checks the value (422 status_invalid), so pydantic does not.
@@ -314,6 +327,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         name=(str, ...),
         type=(str, ...),
         events=(list[str], ...),
+        filter=(dict[str, Any] | None, None),
         status=(Literal["pending_verification", "active", "inactive"], ...),
         verification=(Verification, ...),
         health=(DestinationHealth | None, None),
