@@ -17,7 +17,7 @@ from herald.config import Redactor
 from herald.errors import HeraldError
 from herald.match import SubscriptionIndex
 from herald.model import DeliveryKind, Destination, DueDelivery, Event
-from herald.payload_filter import Filter, compile_filter, event_document
+from herald.payload_filter import Filter, compile_filter, document_of
 from herald.store import Store
 
 log = structlog.get_logger("herald.catalog")
@@ -130,13 +130,7 @@ class Catalog:
         for entry in self.subscribers(event.tenant_id, event.type):
             if entry.filter is not None:
                 if document is None:  # parsed once per event, and only when asked
-                    document = event_document(
-                        id=event.id,
-                        type=event.type,
-                        created_at=event.created_at,
-                        tenant_id=event.tenant_id,
-                        data=event.data,
-                    )
+                    document = document_of(event)
                 if not entry.filter.matches(document):
                     filtered.append(entry.dest.id)
                     continue

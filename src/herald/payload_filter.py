@@ -28,6 +28,7 @@ import orjson
 import re2
 
 from herald.errors import ValidationError
+from herald.model import Event
 from herald.timeutil import parse_timestamp
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "OPERATORS",
     "Filter",
     "compile_filter",
+    "document_of",
     "event_document",
 ]
 
@@ -150,6 +152,17 @@ def event_document(
         "tenant_id": tenant_id,
         "data": parsed,
     }
+
+
+def document_of(event: Event) -> dict[str, Any]:
+    """:func:`event_document` of a stored event."""
+    return event_document(
+        id=event.id,
+        type=event.type,
+        created_at=event.created_at,
+        tenant_id=event.tenant_id,
+        data=event.data,
+    )
 
 
 def compile_filter(spec: Value, *, field: str = "filter") -> Filter:

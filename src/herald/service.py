@@ -34,7 +34,7 @@ from herald.fields import (
 )
 from herald.ids import new_id
 from herald.ingest import event_id_problem, reserved_type_problem, traceparent_problem
-from herald.match import validate_event_type
+from herald.match import SubscriptionIndex, validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -54,7 +54,7 @@ from herald.model import (
 )
 from herald.overview import Overview
 from herald.overview import read as read_overview
-from herald.payload_filter import compile_filter
+from herald.payload_filter import compile_filter, document_of
 from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -68,6 +68,12 @@ log = structlog.get_logger("herald.service")
 
 EVENT_DELIVERIES_MAX = 200
 """An event's page lists at most this many of its deliveries."""
+
+
+FILTER_TEST_EVENTS = 50
+"""How many of the tenant's newest events of a destination's types a filter's test tries."""
+FILTER_TEST_SCAN = 2000
+"""How many of the tenant's newest events a filter's test looks through for them."""
 
 
 def filter_field(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -540,6 +546,25 @@ class DestinationService:
         await self.store.requeue([delivery_id], now=time.time())
         self._on_change()
         return await self.get_delivery(tenant_id, delivery_id)
+
+    async def test_filter(
+        self, tenant_id: str, dest_id: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[tuple[Event, bool]]]:
+        """Which of the tenant's newest events of the destination's types (at most
+        :data:`FILTER_TEST_EVENTS`, among its :data:`FILTER_TEST_SCAN` newest events)
+        would pass ``body``'s ``filter`` (the destination's own when it gives none; null:
+        no filter). Nothing is stored or sent."""
+        dest = await self.get(tenant_id, dest_id)
+        for key in body:
+            if key != "filter":
+                raise BadRequest(f"unknown field {key!r}", field=key, code="unknown_field")
+        spec = filter_field(body) if "filter" in body else dest.filter
+        compiled = None if spec is None else compile_filter(spec)
+        types: SubscriptionIndex[str] = SubscriptionIndex()
+        types.add(dest.id, dest.events)
+        recent = await self.store.recent_events(tenant_id, limit=FILTER_TEST_SCAN)
+        chosen = [e for e in recent if types.match(e.type)][:FILTER_TEST_EVENTS]
+        return spec, [(e, compiled is None or compiled.matches(document_of(e))) for e in chosen]
 
     # --- events -------------------------------------------------------------
     async def publish(

@@ -135,6 +135,19 @@ def event_view(e: Event) -> dict[str, Any]:
     }
 
 
+def filter_test_view(
+    spec: dict[str, Any] | None, results: list[tuple[Event, bool]]
+) -> dict[str, Any]:
+    """What a filter's test answers: each event tried and whether it passes."""
+    return {
+        "object": "filter_test",
+        "filter": spec,
+        "tested": len(results),
+        "passed": sum(ok for _, ok in results),
+        "data": [{**event_view(e), "passes": ok} for e, ok in results],
+    }
+
+
 def replay_view(r: Replay) -> dict[str, Any]:
     """A replay and its outcome: its deliveries by status now (those a later replay
     took over count there)."""

@@ -129,7 +129,12 @@ _ID_PREFIXES = {
 
 
 # Bodies a request may leave out (v2 reads none as {}): every field has a default.
-_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest, schemas.TokenRequest)
+_OPTIONAL_BODIES = (
+    schemas.RotateSecretRequest,
+    schemas.ReplayRequest,
+    schemas.TokenRequest,
+    schemas.FilterTestRequest,
+)
 
 # What each operation is for, and what its success response carries, by operationId.
 _SUMMARIES = {
@@ -139,6 +144,7 @@ _SUMMARIES = {
     "updateDestination": "Update an event destination (only fields given)",
     "deleteDestination": "Delete an event destination",
     "testDestination": "Send test.ping once, no retry",
+    "testFilter": "Try a payload filter on the newest events of the destination's types",
     "verifyDestination": "Send a fresh verification ping",
     "rotateSecret": "Rotate the webhook signing secret",
     "listDeliveries": "List deliveries to a destination, newest first",
@@ -158,6 +164,7 @@ _RESULTS = {
     "updateDestination": "the destination",
     "deleteDestination": "the deleted destination",
     "testDestination": "the test delivery and its attempt",
+    "testFilter": "each event tried and whether it passes; nothing is stored or sent",
     "verifyDestination": "the destination",
     "rotateSecret": "the destination and its new secret, shown once",
     "listDeliveries": "a page of deliveries",
@@ -293,6 +300,14 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         _op("PATCH", dest, "updateDestination", "200", D, models.update),
         _op("DELETE", dest, "deleteDestination", "200", D),
         _op("POST", f"{dest}/test", "testDestination", "200", S.Delivery),
+        _op(
+            "POST",
+            f"{dest}/filter/test",
+            "testFilter",
+            "200",
+            S.FilterTestResult,
+            S.FilterTestRequest,
+        ),
         _op("POST", f"{dest}/verify", "verifyDestination", "202", D),
         _op("POST", f"{dest}/rotate-secret", "rotateSecret", "200", R, S.RotateSecretRequest),
         _op("GET", dest_deliveries, "listDeliveries", "200", S.DeliveryList, query=dlv_query),
@@ -331,6 +346,8 @@ def document(models: DestinationModels) -> dict[str, Any]:
         schemas.Token,
         schemas.TokenRequest,
         schemas.RotateSecretRequest,
+        schemas.FilterTestRequest,
+        schemas.FilterTestResult,
         models.create,
         models.update,
         models.destination,

@@ -253,6 +253,27 @@ class EventCreate(_Strict):
     created_at: str | None = Field(default=None, description="RFC 3339; default now")
 
 
+class FilterTestRequest(_Strict):
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="the filter to try; the destination's own when left out, none when null",
+    )
+
+
+class FilterTestEvent(Event):
+    passes: bool = Field(description="whether the event passes the filter")
+
+
+class FilterTestResult(_Strict):
+    object: Literal["filter_test"]
+    filter: dict[str, Any] | None
+    tested: int = Field(description="how many events were tried (at most 50)")
+    passed: int
+    data: list[FilterTestEvent] = Field(
+        description="the tenant's newest events of the destination's types, newest first"
+    )
+
+
 @dataclass(frozen=True)
 class DestinationModels:
     """The models whose shape depends on the registered destination types."""

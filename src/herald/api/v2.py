@@ -35,6 +35,7 @@ class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
         r.add_patch(f"{p}/event-destinations/{{id}}", self.update_destination)
         r.add_delete(f"{p}/event-destinations/{{id}}", self.delete_destination)
         r.add_post(f"{p}/event-destinations/{{id}}/test", self.test_destination)
+        r.add_post(f"{p}/event-destinations/{{id}}/filter/test", self.test_filter)
         r.add_post(f"{p}/event-destinations/{{id}}/verify", self.verify_destination)
         r.add_post(f"{p}/event-destinations/{{id}}/rotate-secret", self.rotate_secret)
         r.add_get(f"{p}/event-destinations/{{id}}/event-deliveries", self.list_deliveries)

@@ -634,3 +634,8 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
 SELECT MIN(next_attempt_at) FROM herald_deliveries
 WHERE status = 'pending' AND held = 0
   AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
+
+-- recent_events --
+-- A tenant's newest events, newest first (a filter's test picks those of its types)
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+WHERE tenant_id = $1 ORDER BY ingested_at DESC LIMIT $2

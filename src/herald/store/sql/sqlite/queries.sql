@@ -572,3 +572,8 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pend
 -- next_due_at for one tenant (?1)
 SELECT MIN(next_attempt_at) FROM herald_deliveries INDEXED BY herald_deliveries_pending
 WHERE status = 'pending' AND held = 0 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?1)
+
+-- recent_events --
+-- A tenant's newest events, newest first (a filter's test picks those of its types)
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+WHERE tenant_id = ?1 ORDER BY ingested_at DESC LIMIT ?2
