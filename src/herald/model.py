@@ -148,6 +148,21 @@ class Destination:
         return self.deleted_at is not None
 
 
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """One entry of a tenant's event-type catalog (``herald.eventtypes``)."""
+
+    tenant_id: str
+    type: str
+    description: str
+    schema: dict[str, Any] | None
+    """A JSON Schema (2020-12) every payload of the type must match; None: any."""
+    created_at: float
+    updated_at: float
+    builtin: bool = False
+    """Herald's own (``herald.…``): described for every tenant, never stored."""
+
+
 @dataclass(slots=True)
 class Attempt:
     id: str

@@ -108,6 +108,8 @@ class Relay:
                 event = parse_row(row, max_payload_bytes=self._max_payload)
                 if (event.tenant_id, event.id) in seen:
                     raise Reject("duplicate_id", f"event {event.id} was already ingested")
+                if (refused := self._catalog.refusal(event)) is not None:
+                    raise Reject(*refused)
             except Reject as rej:
                 plan.rejected.append(
                     Rejection(

@@ -56,6 +56,10 @@ Value = Any
 Predicate = Callable[[Value], bool]
 
 
+def _invalid(message: str, *, field: str) -> ValidationError:
+    return ValidationError(message, field=field, code="filter_invalid")
+
+
 class _Missing:
     """The value of a field the document does not have."""
 
@@ -168,7 +172,7 @@ def document_of(event: Event) -> dict[str, Any]:
 def compile_filter(spec: Value, *, field: str = "filter") -> Filter:
     """Validate ``spec`` and compile it; raises ValidationError naming the path."""
     if not isinstance(spec, dict):
-        raise ValidationError("a filter is a JSON object", field=field)
+        raise _invalid("a filter is a JSON object", field=field)
     compiler = _Compiler()
     predicate = compiler.node(spec, field, depth=1, time=False, top=True)
     return Filter(spec, predicate)
@@ -181,7 +185,7 @@ class _Compiler:
     def count(self, path: str) -> None:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise ValidationError(f"a filter has at most {MAX_NODES} keys and values", field=path)
+            raise _invalid(f"a filter has at most {MAX_NODES} keys and values", field=path)
 
     def node(
         self, spec: Value, path: str, *, depth: int, time: bool, top: bool = False
@@ -190,13 +194,13 @@ class _Compiler:
         value it must equal."""
         self.count(path)
         if depth > MAX_DEPTH:
-            raise ValidationError(f"a filter nests at most {MAX_DEPTH} levels", field=path)
+            raise _invalid(f"a filter nests at most {MAX_DEPTH} levels", field=path)
         if not isinstance(spec, dict):
             return self.equals(spec, path, depth=depth, time=time)
         preds: list[Predicate] = []
         for key, sub in spec.items():
             if len(key) > MAX_STRING:
-                raise ValidationError(f"a key is at most {MAX_STRING} characters", field=path)
+                raise _invalid(f"a key is at most {MAX_STRING} characters", field=path)
             sub_path = f"{path}.{key}"
             if key.startswith("$"):
                 preds.append(self.operator(key, sub, sub_path, depth=depth, time=time))
@@ -217,9 +221,9 @@ class _Compiler:
     def value(self, operand: Value, path: str, *, depth: int) -> None:
         """Count and bound a literal JSON value inside the filter."""
         if depth > MAX_DEPTH:
-            raise ValidationError(f"a filter nests at most {MAX_DEPTH} levels", field=path)
+            raise _invalid(f"a filter nests at most {MAX_DEPTH} levels", field=path)
         if isinstance(operand, str) and len(operand) > MAX_STRING:
-            raise ValidationError(f"a string is at most {MAX_STRING} characters", field=path)
+            raise _invalid(f"a string is at most {MAX_STRING} characters", field=path)
         if isinstance(operand, dict):
             for k, v in operand.items():
                 self.count(path)
@@ -229,15 +233,15 @@ class _Compiler:
                 self.count(path)
                 self.value(v, f"{path}[{i}]", depth=depth + 1)
         elif not (operand is None or isinstance(operand, bool | int | float | str)):
-            raise ValidationError("not a JSON value", field=path)
+            raise _invalid("not a JSON value", field=path)
 
     def instant(self, operand: Value, path: str) -> float:
         if not isinstance(operand, str):
-            raise ValidationError("created_at compares with an RFC 3339 time", field=path)
+            raise _invalid("created_at compares with an RFC 3339 time", field=path)
         try:
             return parse_timestamp(operand).epoch
         except ValueError as exc:
-            raise ValidationError(f"created_at: {exc}", field=path) from None
+            raise _invalid(f"created_at: {exc}", field=path) from None
 
     def operator(self, op: str, operand: Value, path: str, *, depth: int, time: bool) -> Predicate:
         if op in ("$eq", "$neq"):
@@ -247,9 +251,9 @@ class _Compiler:
             return self.order(op, operand, path, time=time)
         if op in ("$in", "$nin"):
             if not isinstance(operand, list):
-                raise ValidationError(f"{op} takes an array", field=path)
+                raise _invalid(f"{op} takes an array", field=path)
             if len(operand) > MAX_LIST:
-                raise ValidationError(f"{op} takes at most {MAX_LIST} values", field=path)
+                raise _invalid(f"{op} takes at most {MAX_LIST} values", field=path)
             options = [
                 self.equals(o, f"{path}[{i}]", depth=depth + 1, time=time)
                 for i, o in enumerate(operand)
@@ -264,15 +268,15 @@ class _Compiler:
             return _any_element(lambda v: isinstance(v, str) and v.endswith(text))
         if op == "$exist":
             if not isinstance(operand, bool):
-                raise ValidationError("$exist takes true or false", field=path)
+                raise _invalid("$exist takes true or false", field=path)
             return (lambda v: v is not MISSING) if operand else (lambda v: v is MISSING)
         if op == "$regex":
             return self.regex(operand, path)
         if op in ("$and", "$or"):
             if not isinstance(operand, list) or not operand:
-                raise ValidationError(f"{op} takes a non-empty array of filters", field=path)
+                raise _invalid(f"{op} takes a non-empty array of filters", field=path)
             if len(operand) > MAX_LIST:
-                raise ValidationError(f"{op} takes at most {MAX_LIST} filters", field=path)
+                raise _invalid(f"{op} takes at most {MAX_LIST} filters", field=path)
             subs = [
                 self.logical(o, f"{path}[{i}]", depth=depth + 1, time=time)
                 for i, o in enumerate(operand)
@@ -283,21 +287,21 @@ class _Compiler:
         if op == "$not":
             sub = self.logical(operand, path, depth=depth + 1, time=time)
             return lambda v: not sub(v)
-        raise ValidationError(
+        raise _invalid(
             f"unknown operator {op[:64]!r}; the operators are {', '.join(OPERATORS)}", field=path
         )
 
     def logical(self, operand: Value, path: str, *, depth: int, time: bool) -> Predicate:
         if not isinstance(operand, dict):
-            raise ValidationError("a filter object is expected here", field=path)
+            raise _invalid("a filter object is expected here", field=path)
         return self.node(operand, path, depth=depth, time=time)
 
     def text(self, op: str, operand: Value, path: str) -> str:
         self.count(path)
         if not isinstance(operand, str):
-            raise ValidationError(f"{op} takes a string", field=path)
+            raise _invalid(f"{op} takes a string", field=path)
         if len(operand) > MAX_STRING:
-            raise ValidationError(f"{op} takes at most {MAX_STRING} characters", field=path)
+            raise _invalid(f"{op} takes at most {MAX_STRING} characters", field=path)
         return operand
 
     def order(self, op: str, operand: Value, path: str, *, time: bool) -> Predicate:
@@ -315,9 +319,9 @@ class _Compiler:
             return _any_element(lambda v: _is_number(v) and cmp(v, operand))
         if isinstance(operand, str):
             if len(operand) > MAX_STRING:
-                raise ValidationError(f"{op} takes at most {MAX_STRING} characters", field=path)
+                raise _invalid(f"{op} takes at most {MAX_STRING} characters", field=path)
             return _any_element(lambda v: isinstance(v, str) and cmp(v, operand))
-        raise ValidationError(f"{op} compares with a number or a string", field=path)
+        raise _invalid(f"{op} compares with a number or a string", field=path)
 
     def regex(self, operand: Value, path: str) -> Predicate:
         pattern = self.text("$regex", operand, path)
@@ -327,7 +331,7 @@ class _Compiler:
         try:
             compiled = re2.compile(pattern, options)
         except re2.error as exc:
-            raise ValidationError(f"$regex is not a valid RE2 pattern: {exc}", field=path) from None
+            raise _invalid(f"$regex is not a valid RE2 pattern: {exc}", field=path) from None
         search = compiled.search
         return _any_element(lambda v: isinstance(v, str) and search(v) is not None)
 

@@ -23,6 +23,7 @@ from herald.adapters.registry import Registry
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.eventtypes import EventTypes
 from herald.fields import (
     MAX_TYPE_LENGTH,
     Problems,
@@ -103,6 +104,8 @@ class DestinationService:
         self._on_change = on_change
         self.replays = Replays(store, on_change=on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""
+        self.event_types = EventTypes(store)
+        """The tenants' event-type catalogs (:mod:`herald.eventtypes`)."""
 
     # --- destinations -------------------------------------------------------
     def _type_object(
@@ -588,6 +591,7 @@ class DestinationService:
             raise ValidationError(problem, field="type", code="event_type_reserved")
         if not isinstance(data, dict):
             raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
+        await self._check_schema(tenant_id, type, data)
         if event_id is None:
             event_id = new_id("evt_")
         elif (problem := event_id_problem(event_id)) is not None:
@@ -619,6 +623,23 @@ class DestinationService:
         return Event(
             event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent or None
         )
+
+    async def _check_schema(self, tenant_id: str, type: str, data: dict[str, Any]) -> None:
+        """422 ``schema_mismatch`` naming each place where ``data`` breaks its type's
+        schema (at most 20), or ``event_type_unknown`` under
+        ``catalog.require_known_types``; the catalog is reloaded first if it changed."""
+        await self.catalog.refresh()
+        found = self.catalog.violations(tenant_id, type, data)
+        if not found:
+            return
+        if found[0][0] == "type":
+            raise ValidationError(found[0][1], field="type", code="event_type_unknown")
+        first, *rest = (
+            ValidationError(f"{path}: {message}", field=path, code="schema_mismatch")
+            for path, message in found
+        )
+        first.also = tuple(rest)
+        raise first
 
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:

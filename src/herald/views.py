@@ -15,6 +15,7 @@ from herald.model import (
     DestinationHealth,
     DestinationStatus,
     Event,
+    EventType,
     Replay,
     ReplayResult,
 )
@@ -132,6 +133,19 @@ def event_view(e: Event) -> dict[str, Any]:
         "type": e.type,
         "created_at": e.created_at,
         "data": orjson.loads(e.data),
+    }
+
+
+def event_type_view(entry: EventType) -> dict[str, Any]:
+    """One entry of a tenant's event-type catalog; Herald's own have no times."""
+    return {
+        "object": "event_type",
+        "type": entry.type,
+        "description": entry.description,
+        "schema": entry.schema,
+        "builtin": entry.builtin,
+        "created_at": None if entry.builtin else _ts(entry.created_at),
+        "updated_at": None if entry.builtin else _ts(entry.updated_at),
     }
 
 

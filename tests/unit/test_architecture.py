@@ -46,6 +46,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.fields",
         "herald.signals",
         "herald.payload_filter",
+        "herald.eventschema",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),
@@ -67,6 +68,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.overview",
         "herald.tokens",
         "herald.replayer",
+        "herald.eventtypes",
     ),
     # Faces and wiring.
     ("herald.wiring", "herald.workers", "herald.api", "herald.console"),

@@ -153,6 +153,10 @@ _SUMMARIES = {
     "retryDelivery": "Re-queue one delivery now",
     "publishEvent": "Publish an event through the outbox",
     "getEvent": "Get an event",
+    "listEventTypes": "List the tenant's event-type catalog, in type order",
+    "getEventType": "Get an event type's description and schema",
+    "putEventType": "Create or replace an event type's description and schema",
+    "deleteEventType": "Delete an event type from the catalog",
     "listReplays": "List replays, newest first",
     "getReplay": "Get a replay and its outcome",
     "createToken": "Create a session token for the tenant portal",
@@ -173,6 +177,10 @@ _RESULTS = {
     "retryDelivery": "the re-queued delivery",
     "publishEvent": "the accepted event",
     "getEvent": "the event",
+    "listEventTypes": "a page of event types (Herald's own herald.… types among them)",
+    "getEventType": "the event type",
+    "putEventType": "the event type as stored",
+    "deleteEventType": "the deleted event type",
     "listReplays": "a page of replays",
     "getReplay": "the replay, its deliveries counted by status now",
     "createToken": "the session token; its value is shown only here",
@@ -194,8 +202,8 @@ def _op(
 
     The path's ``{id}`` makes its parameter; a read (GET, DELETE) answers no 409 or
     413, a 404 only with an id and a 422 only with query filters to be invalid."""
-    with_id = "{id}" in path
-    params = [_path_id(_ID_PREFIXES[path.split("/")[2]])] if with_id else []
+    with_id = "{id}" in path or "{type}" in path
+    params = [_path_param(path)] if with_id else []
     params.extend(query)
     errors = _WRITE_ERRORS
     if method in ("GET", "DELETE"):
@@ -244,6 +252,18 @@ _TRACEPARENT = {
     " sent on to the receivers; an invalid one is dropped with a warning, never the event",
     "schema": {"type": "string"},
 }
+
+
+def _path_param(path: str) -> dict[str, Any]:
+    if "{type}" in path:
+        return {
+            "name": "type",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "maxLength": 128},
+            "description": "an event type, such as order.paid",
+        }
+    return _path_id(_ID_PREFIXES[path.split("/")[2]])
 
 
 def _path_id(prefix: str) -> dict[str, Any]:
@@ -325,6 +345,10 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
             idempotent=True,
         ),
         _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
+        _op("GET", "/v2/event-types", "listEventTypes", "200", S.EventTypeList, query=_PAGING),
+        _op("GET", "/v2/event-types/{type}", "getEventType", "200", S.EventType),
+        _op("PUT", "/v2/event-types/{type}", "putEventType", "200", S.EventType, S.EventTypePut),
+        _op("DELETE", "/v2/event-types/{type}", "deleteEventType", "200", S.EventType),
         _op("GET", "/v2/replays", "listReplays", "200", S.ReplayList, query=_PAGING),
         _op("GET", "/v2/replays/{id}", "getReplay", "200", S.Replay),
         _op("POST", "/v2/token", "createToken", "201", S.Token, S.TokenRequest, idempotent=True),
@@ -348,6 +372,9 @@ def document(models: DestinationModels) -> dict[str, Any]:
         schemas.RotateSecretRequest,
         schemas.FilterTestRequest,
         schemas.FilterTestResult,
+        schemas.EventTypePut,
+        schemas.EventType,
+        schemas.EventTypeList,
         models.create,
         models.update,
         models.destination,

@@ -253,6 +253,41 @@ class EventCreate(_Strict):
     created_at: str | None = Field(default=None, description="RFC 3339; default now")
 
 
+class _Aliased(_Strict):
+    # ``schema`` would shadow BaseModel's: the field is ``schema_``, named by its alias.
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True, validate_by_name=False)
+
+
+class EventTypePut(_Aliased):
+    description: Annotated[str, _documented(maxLength=2000)] = Field(
+        default="", description="what the event means, for the people who subscribe"
+    )
+    schema_: dict[str, Any] | None = Field(
+        default=None,
+        alias="schema",
+        description="a JSON Schema (draft 2020-12) every payload's data must match;"
+        " null or absent: any data",
+    )
+
+
+class EventType(_Aliased):
+    object: Literal["event_type"]
+    type: str
+    description: str
+    schema_: dict[str, Any] | None = Field(alias="schema")
+    builtin: bool = Field(description="Herald's own operational event type (herald.…)")
+    created_at: str | None
+    updated_at: str | None
+
+
+class EventTypeList(_Strict):
+    object: Literal["list"]
+    data: list[EventType]
+    has_more: bool
+    next_cursor: str | None
+    request_id: str
+
+
 class FilterTestRequest(_Strict):
     filter: dict[str, Any] | None = Field(
         default=None,

@@ -9,7 +9,8 @@ same dialect (see :mod:`herald.store.part`): :mod:`~herald.store.engine` the eng
 path, :mod:`~herald.store.destinations` the destinations,
 :mod:`~herald.store.history` deliveries, events and replays as people see them, and
 :mod:`~herald.store.access` keys, tokens, sessions, rate limits and idempotency,
-:mod:`~herald.store.counters` the per-destination counters the recorder keeps.
+:mod:`~herald.store.counters` the per-destination counters the recorder keeps,
+:mod:`~herald.store.eventtypes` the tenants' event-type catalogs.
 The rest of the code types against the whole, ``herald.store.Store``.
 """
 
@@ -24,6 +25,7 @@ from herald.store.counters import CounterStore
 from herald.store.destinations import DestinationStore
 from herald.store.dialect import Dialect
 from herald.store.engine import EngineStore
+from herald.store.eventtypes import EventTypeStore
 from herald.store.history import HistoryStore
 
 D = TypeVar("D", bound=Dialect)
@@ -37,7 +39,15 @@ class StoreOptions(TypedDict, total=False):
     failing_after: int
 
 
-class SQLStore(EngineStore, DestinationStore, HistoryStore, AccessStore, CounterStore, Generic[D]):
+class SQLStore(
+    EngineStore,
+    DestinationStore,
+    HistoryStore,
+    AccessStore,
+    CounterStore,
+    EventTypeStore,
+    Generic[D],
+):
     """The store (``herald.store.Store``): every operation once, over a dialect.
 
     ``shared``: whether several instances may use this database at once (PostgreSQL).

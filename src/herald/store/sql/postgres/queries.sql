@@ -639,3 +639,25 @@ WHERE status = 'pending' AND held = 0
 -- A tenant's newest events, newest first (a filter's test picks those of its types)
 SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
 WHERE tenant_id = $1 ORDER BY ingested_at DESC LIMIT $2
+
+-- put_event_type --
+INSERT INTO herald_event_types (tenant_id, type, description, schema, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5)
+ON CONFLICT (tenant_id, type) DO UPDATE SET description = excluded.description,
+  schema = excluded.schema,
+  updated_at = GREATEST(excluded.updated_at, herald_event_types.updated_at + 0.000001)
+
+-- get_event_type --
+SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
+WHERE tenant_id = $1 AND type = $2
+
+-- list_event_types --
+-- One tenant's catalog in type order, types strictly after $2 ('' for the first page)
+SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
+WHERE tenant_id = $1 AND type > $2 ORDER BY type LIMIT $3
+
+-- all_event_types --
+SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
+
+-- delete_event_type --
+DELETE FROM herald_event_types WHERE tenant_id = $1 AND type = $2

@@ -6,3 +6,16 @@ ALTER TABLE herald_destinations ADD COLUMN payload_filter TEXT;
 -- A filter's test (POST /v2/event-destinations/{id}/filter/test) reads the tenant's
 -- newest events, newest first.
 CREATE INDEX herald_events_tenant_ingested ON herald_events (tenant_id, ingested_at);
+
+-- The tenants' event-type catalogs: a description and, optionally, the JSON Schema
+-- (2020-12, compact JSON) a payload of the type must match, checked at publish and by
+-- the relay. A change bumps destinations_version, so every catalog reloads it.
+CREATE TABLE herald_event_types (
+    tenant_id   TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    description TEXT NOT NULL,
+    schema      TEXT,
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (tenant_id, type)
+);
