@@ -100,7 +100,8 @@ class DestinationService:
         self.store = store
         self.registry = registry
         self.policy = policy
-        self.catalog = catalog or Catalog(store, registry)
+        # (``is None``: an empty catalog is falsy, and the caller's must be the one used.)
+        self.catalog = catalog if catalog is not None else Catalog(store, registry)
         self._on_change = on_change
         self.replays = Replays(store, on_change=on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""

@@ -1,0 +1,173 @@
+"""The event-type catalog end to end: a tenant registers a type with a JSON Schema,
+a bad payload is refused at the door with the path of what is wrong (the API) or
+moved to the rejected rows (the outbox) without blocking the rows behind it, and
+tenants' catalogs are their own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import SECRET, HeraldFactory
+from tests.support.api import Api, create_key, error_of, eventually, open_api, wait_status
+from tests.support.api import base_url as api_url
+from tests.support.daemon import Herald
+from tests.support.receiver import Receiver
+
+pytestmark = pytest.mark.e2e
+
+TYPES = "/v2/event-types"
+TASK_RUN = {
+    "type": "object",
+    "required": ["task_run_id", "status"],
+    "properties": {
+        "task_run_id": {"type": "string"},
+        "status": {"enum": ["queued", "running", "done"]},
+    },
+}
+
+
+async def subscribe(api: Api, receiver: Receiver) -> str:
+    status, _, dest = await api.post(
+        "/v2/event-destinations",
+        json={
+            "name": "runs",
+            "type": "webhook",
+            "webhook": {"url": receiver.url, "secret": SECRET},
+            "events": ["task_run.*"],
+        },
+    )
+    assert status == 201, dest
+    await wait_status(api, dest["id"], "active")
+    return str(dest["id"])
+
+
+async def test_a_schema_is_enforced_at_the_api_and_in_the_outbox(
+    herald: Herald, receiver: Receiver
+) -> None:
+    async with open_api(herald, "tenant-a") as a, open_api(herald, "tenant-b") as b:
+        status, _, put = await a.put(
+            f"{TYPES}/task_run.completed",
+            json={"description": "A task run ended.", "schema": TASK_RUN},
+        )
+        assert status == 200, put
+        assert put["schema"] == TASK_RUN
+        assert put["builtin"] is False
+        status, _, got = await a.get(f"{TYPES}/task_run.completed")
+        assert (status, got["description"]) == (200, "A task run ended.")
+        await subscribe(a, receiver)
+
+        good = {"task_run_id": "tr_1", "status": "done"}
+        status, _, event = await a.post(
+            "/v2/events", json={"type": "task_run.completed", "data": good}
+        )
+        assert status == 202, event
+        status, _, body = await a.post(
+            "/v2/events", json={"type": "task_run.completed", "data": {"status": "lost"}}
+        )
+        assert status == 422, body
+        assert {e["code"] for e in body["errors"]} == {"schema_mismatch"}
+        assert [e["field"] for e in body["errors"]] == ["data.task_run_id", "data.status"]
+
+        # The outbox: the bad row is rejected with its reason, the rows behind it delivered.
+        herald.insert_events(
+            [
+                ("evt_bad", "tenant-a", "task_run.completed", json.dumps({"task_run_id": 7})),
+                ("evt_after", "tenant-a", "task_run.completed", json.dumps(good)),
+                ("evt_other", "tenant-a", "task_run.started", json.dumps({"any": 1})),
+            ]
+        )
+        await receiver.wait_for(
+            lambda: (
+                {"evt_after", "evt_other", event["id"]} <= {e.event_id for e in receiver.events()}
+            ),
+            what="the matching events",
+        )
+        assert "evt_bad" not in {e.event_id for e in receiver.events()}
+        [(reason,)] = herald.query(
+            "SELECT reason FROM herald_outbox_rejected WHERE id = ?", ("evt_bad",)
+        )
+        assert reason.startswith("schema_mismatch: data.status ") or reason.startswith(
+            "schema_mismatch: data.task_run_id "
+        ), reason
+
+        # Another tenant's catalog is its own: no schema there.
+        status, _, other = await b.post(
+            "/v2/events", json={"type": "task_run.completed", "data": {"status": "lost"}}
+        )
+        assert status == 202, other
+        status, _, body = await b.get(f"{TYPES}/task_run.completed")
+        assert status == 404, body
+
+        # Deleted: any payload again.
+        status, _, gone = await a.delete(f"{TYPES}/task_run.completed")
+        assert status == 200, gone
+        status, _, event = await a.post(
+            "/v2/events", json={"type": "task_run.completed", "data": {"status": "lost"}}
+        )
+        assert status == 202, event
+
+
+async def test_the_catalog_lists_pages_and_refuses_bad_entries(api: Api) -> None:
+    for name in ("a.one", "b.two", "c.three"):
+        status, _, body = await api.put(f"{TYPES}/{name}", json={"description": name})
+        assert status == 200, body
+    seen: list[str] = []
+    params: dict[str, str | int] = {"limit": 2}
+    while True:
+        status, _, page = await api.get(TYPES, params=params)
+        assert status == 200, page
+        assert len(page["data"]) <= 2
+        seen += [e["type"] for e in page["data"]]
+        if not page["has_more"]:
+            break
+        params = {"limit": 2, "cursor": page["next_cursor"]}
+    assert seen == sorted(seen)
+    assert {"a.one", "b.two", "c.three", "herald.delivery.exhausted"} <= set(seen)
+
+    status, _, builtin = await api.get(f"{TYPES}/herald.destination.failing")
+    assert status == 200, builtin
+    assert builtin["builtin"] is True
+    assert "consecutive_failures" in builtin["schema"]["properties"]
+    for method in (api.put, api.delete):
+        kwargs: dict[str, Any] = {"json": {"description": "x"}} if method == api.put else {}
+        status, _, body = await method(f"{TYPES}/herald.destination.failing", **kwargs)
+        assert status == 422, body
+        assert error_of(body)["code"] == "event_type_reserved"
+
+    status, _, body = await api.put(f"{TYPES}/a.one", json={"schema": {"type": "strin"}})
+    assert status == 422, body
+    assert error_of(body)["field"] == "schema.type"
+    status, _, body = await api.put(f"{TYPES}/a.one", json={"schema": [1]})
+    assert status in (400, 422), body
+    assert error_of(body)["field"] == "schema"
+    status, _, body = await api.put(f"{TYPES}/Not A Type", json={})
+    assert status == 422, body
+    assert error_of(body)["field"] == "type"
+
+
+async def test_require_known_types_refuses_the_rest(
+    herald_factory: HeraldFactory, receiver: Receiver
+) -> None:
+    h = herald_factory({"catalog": {"require_known_types": True}})
+    key = await create_key(h, "default")
+    async with Api(api_url(h), key) as api:
+        status, _, body = await api.post("/v2/events", json={"type": "x.unknown", "data": {}})
+        assert status == 422, body
+        assert (error_of(body)["code"], error_of(body)["field"]) == ("event_type_unknown", "type")
+        status, _, body = await api.put(f"{TYPES}/x.known", json={"description": "known"})
+        assert status == 200, body
+        status, _, body = await api.post("/v2/events", json={"type": "x.known", "data": {}})
+        assert status == 202, body
+        h.insert_events([("evt_unknown", "default", "x.unknown", "{}")])
+
+        async def rejected() -> bool:
+            rows = await asyncio.to_thread(
+                h.query, "SELECT reason FROM herald_outbox_rejected WHERE id = 'evt_unknown'"
+            )
+            return bool(rows) and str(rows[0][0]).startswith("unknown_type: ")
+
+        await eventually(rejected, what="the unknown type's row to be rejected")

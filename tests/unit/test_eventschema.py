@@ -1,0 +1,88 @@
+"""Event types' schemas: 2020-12 checks naming the place, violations as data paths,
+one compiled validator per schema text, and Herald's own types described."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from herald.errors import ValidationError
+from herald.eventschema import (
+    MAX_VIOLATIONS,
+    OPERATIONAL_CATALOG,
+    check_schema,
+    schema_text,
+    validator_for,
+    violations,
+)
+from herald.model import OPERATIONAL_TYPES
+
+TASK_RUN: dict[str, Any] = {
+    "type": "object",
+    "required": ["task_run_id", "status"],
+    "properties": {
+        "task_run_id": {"type": "string"},
+        "status": {"enum": ["queued", "running", "done"]},
+        "steps": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+    },
+}
+
+
+def test_a_valid_schema_is_kept() -> None:
+    assert check_schema(TASK_RUN) is TASK_RUN
+    assert check_schema({"$schema": "https://json-schema.org/draft/2020-12/schema"})
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [
+        ([], "schema"),
+        ({"type": "strin"}, "schema.type"),
+        ({"properties": {"a": {"minLength": -1}}}, "schema.properties.a.minLength"),
+        ({"required": "a"}, "schema.required"),
+        ({"$schema": "http://json-schema.org/draft-07/schema#"}, "schema.$schema"),
+        ({"description": "x" * 70_000}, "schema"),
+    ],
+)
+def test_an_invalid_schema_is_refused_naming_the_place(schema: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        check_schema(schema)
+    assert info.value.field == field
+    assert info.value.code == "schema_invalid"
+
+
+def test_violations_name_each_place_in_data() -> None:
+    v = validator_for(schema_text(TASK_RUN))
+    assert violations(v, {"task_run_id": "tr_1", "status": "done"}) == []
+    found = violations(v, {"status": "lost", "steps": [{"name": "a"}, {}]})
+    assert [path for path, _ in found] == ["data.task_run_id", "data.status", "data.steps[1].name"]
+    assert "'lost' is not one of" in found[1][1]
+    assert violations(v, {"task_run_id": 5, "status": "done"})[0][0] == "data.task_run_id"
+
+
+def test_at_most_twenty_violations() -> None:
+    schema = {"type": "object", "additionalProperties": {"type": "string"}}
+    found = violations(validator_for(schema_text(schema)), {f"k{i}": i for i in range(50)})
+    assert len(found) == MAX_VIOLATIONS
+
+
+def test_one_validator_per_schema_text() -> None:
+    a = validator_for(schema_text({"type": "object", "required": ["a"]}))
+    b = validator_for(schema_text({"required": ["a"], "type": "object"}))
+    assert a is b
+
+
+def test_remote_refs_are_not_fetched() -> None:
+    schema = {"$ref": "https://example.invalid/schema.json"}
+    check_schema(schema)
+    [(path, message)] = violations(validator_for(schema_text(schema)), {})
+    assert path == "data"
+    assert "cannot be resolved" in message
+
+
+def test_herald_types_are_described_with_valid_schemas() -> None:
+    assert set(OPERATIONAL_CATALOG) == set(OPERATIONAL_TYPES)
+    for description, schema in OPERATIONAL_CATALOG.values():
+        assert description
+        check_schema(schema)
