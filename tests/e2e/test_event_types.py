@@ -171,3 +171,23 @@ async def test_require_known_types_refuses_the_rest(
             return bool(rows) and str(rows[0][0]).startswith("unknown_type: ")
 
         await eventually(rejected, what="the unknown type's row to be rejected")
+
+
+async def test_the_cli_manages_the_catalog(herald: Herald) -> None:
+    body = json.dumps({"description": "An order was paid.", "schema": TASK_RUN})
+    put = await herald.acli_json("event-types", "put", "order.paid", "--data", body)
+    assert put["schema"] == TASK_RUN
+    listed = await herald.acli_json("event-types", "list", "--json")
+    assert "order.paid" in [e["type"] for e in listed["data"]]
+    shown = await herald.acli_json("event-types", "show", "order.paid")
+    assert shown["description"] == "An order was paid."
+    refused = await herald.acli("emit", "order.paid", "--data", '{"status": "x"}', check=False)
+    assert refused.returncode == 2
+    assert "data.task_run_id" in refused.stderr
+    bad = await herald.acli(
+        "event-types", "put", "order.paid", "--data", '{"schema": {"type": 1}}', check=False
+    )
+    assert (bad.returncode, "schema.type" in bad.stderr) == (2, True)
+    await herald.acli("event-types", "delete", "order.paid")
+    gone = await herald.acli("event-types", "show", "order.paid", check=False)
+    assert gone.returncode == 1

@@ -242,6 +242,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--secret", help="the new whsec_ secret (default: generate one)"
     )
 
+    types = _group(sub, "event-types", "the event-type catalog: descriptions and JSON Schemas")
+    command = functools.partial(_command, types)
+    tl = command(
+        "list",
+        [scoped],
+        "the tenant's event types in type order, Herald's own among them",
+        ["herald event-types list --tenant acme"],
+    )
+    tl.add_argument("--limit", type=int, default=100, help="at most (default: %(default)s)")
+    command(
+        "show",
+        [scoped],
+        "one event type: its description and schema",
+        ["herald event-types show order.paid"],
+    ).add_argument("type", help="the event type")
+    tp = command(
+        "put",
+        [scoped],
+        "create or replace an event type (the API's PUT body: description, schema)",
+        [
+            'herald event-types put order.paid --data \'{"description": "An order was paid.",'
+            ' "schema": {"type": "object", "required": ["order_id"]}}\'',
+            "herald event-types put order.paid --data @order.paid.json",
+        ],
+    )
+    tp.add_argument("type", help="the event type")
+    tp.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
+    command(
+        "delete",
+        [scoped],
+        "remove an event type from the catalog (its events are no longer checked)",
+        ["herald event-types delete order.paid"],
+    ).add_argument("type", help="the event type")
+
     deliveries = _group(sub, "deliveries", "event deliveries: list and show, with their attempts")
     command = functools.partial(_command, deliveries)
     dlist = command(
