@@ -25,6 +25,7 @@ from bench import (
     query_plans,
     retention,
     retry_backlog,
+    schemas,
     throughput,
 )
 from bench.common import BenchError
@@ -52,6 +53,7 @@ BENCHMARKS = [
     Benchmark(retention.NAME, retention.HELP, retention.add_arguments, retention.run),
     Benchmark(query_plans.NAME, query_plans.HELP, query_plans.add_arguments, query_plans.run),
     Benchmark(console.NAME, console.HELP, console.add_arguments, console.run),
+    Benchmark(schemas.NAME, schemas.HELP, schemas.add_arguments, schemas.run),
 ]
 
 

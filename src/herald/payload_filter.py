@@ -20,6 +20,7 @@ raises :class:`~herald.errors.ValidationError` naming the path inside it, such a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -99,10 +100,13 @@ def _any_element(pred: Predicate) -> Predicate:
 
 
 def _time(v: Value) -> float | None:
-    if not isinstance(v, str):
-        return None
+    return _epoch(v) if isinstance(v, str) else None
+
+
+@functools.lru_cache(maxsize=4096)  # an event's created_at is asked once per filter
+def _epoch(text: str) -> float | None:
     try:
-        return parse_timestamp(v).epoch
+        return parse_timestamp(text).epoch
     except ValueError:
         return None
 
