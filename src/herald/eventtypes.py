@@ -70,7 +70,11 @@ class EventTypes:
         return entry
 
     async def get(self, tenant_id: str, event_type: str) -> EventType:
-        checked_type(event_type)
+        """An entry; 404 for a name that is not one (no entry can have it)."""
+        try:
+            checked_type(event_type)
+        except ValidationError:
+            raise NotFound("no such event type", code="event_type_not_found") from None
         if event_type in OPERATIONAL_CATALOG:
             return _builtin(tenant_id, event_type)
         entry = await self._store.get_event_type(tenant_id, event_type)

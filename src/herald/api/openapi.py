@@ -197,11 +197,13 @@ def _op(
     *,
     query: tuple[dict[str, Any], ...] = (),
     idempotent: bool = False,
+    refusable: bool = False,
 ) -> tuple[str, str, dict[str, Any]]:
     """One operation as (path, method, operation).
 
     The path's ``{id}`` makes its parameter; a read (GET, DELETE) answers no 409 or
-    413, a 404 only with an id and a 422 only with query filters to be invalid."""
+    413, a 404 only with an id and a 422 only with query filters to be invalid (or when
+    ``refusable``: a DELETE the service may refuse)."""
     with_id = "{id}" in path or "{type}" in path
     params = [_path_param(path)] if with_id else []
     params.extend(query)
@@ -212,7 +214,7 @@ def _op(
             "409",
             "413",
             *(() if with_id else ("404",)),
-            *(() if query else ("422",)),
+            *(() if query or refusable else ("422",)),
         }
         errors = tuple(code for code in _WRITE_ERRORS if code not in dropped)
     op: dict[str, Any] = {
@@ -348,7 +350,14 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         _op("GET", "/v2/event-types", "listEventTypes", "200", S.EventTypeList, query=_PAGING),
         _op("GET", "/v2/event-types/{type}", "getEventType", "200", S.EventType),
         _op("PUT", "/v2/event-types/{type}", "putEventType", "200", S.EventType, S.EventTypePut),
-        _op("DELETE", "/v2/event-types/{type}", "deleteEventType", "200", S.EventType),
+        _op(
+            "DELETE",
+            "/v2/event-types/{type}",
+            "deleteEventType",
+            "200",
+            S.EventType,
+            refusable=True,  # Herald's own types: 422 event_type_reserved
+        ),
         _op("GET", "/v2/replays", "listReplays", "200", S.ReplayList, query=_PAGING),
         _op("GET", "/v2/replays/{id}", "getReplay", "200", S.Replay),
         _op("POST", "/v2/token", "createToken", "201", S.Token, S.TokenRequest, idempotent=True),
