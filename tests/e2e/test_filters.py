@@ -91,6 +91,9 @@ async def test_only_matching_events_are_delivered(
         assert own["filter"] == OVER_100
         assert own["passed"] == 3
 
+        by_cli = await h.acli_json("destinations", "test-filter", dest["id"])
+        assert (by_cli["tested"], by_cli["passed"]) == (5, 3)
+
         # Cleared: every event of its types again.
         status, _, patched = await api.patch(f"{DESTS}/{dest['id']}", json={"filter": None})
         assert status == 200, patched

@@ -223,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", "send a new verification ping (a destination becomes active on success)", ""),
         ("test", "send a test.ping now and show the attempt", ""),
         (
+            "test-filter",
+            "which of the newest events of its types pass a payload filter (its own by default)",
+            ' --data \'{"filter": {"data": {"amount": {"$gte": 100}}}}\'',
+        ),
+        (
             "update",
             "change name, events, status or config (the API's PATCH body)",
             ' --data \'{"status": "inactive"}\'',
@@ -238,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         by_id[action].add_argument("id", help="the destination's id (evtd_…)")
     by_id["update"].add_argument("--data", required=True, help="the API's JSON body, or @file.json")
+    by_id["test-filter"].add_argument(
+        "--data", help='the API\'s JSON body ({"filter": …}), or @file.json; none: its own filter'
+    )
     by_id["rotate-secret"].add_argument(
         "--secret", help="the new whsec_ secret (default: generate one)"
     )
