@@ -77,10 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _drain(directory: Path, variant: str, events: int) -> float:
     db = directory / f"{variant}.db"
-    settings = Settings(
-        database={"url": f"sqlite:///{db}"},
-        security={"allow_private_networks": True},
-    )
+    overrides: dict[str, Any] = {
+        "database": {"url": f"sqlite:///{db}"},
+        "security": {"allow_private_networks": True},
+    }
+    settings = Settings(**overrides)
     async with components(settings) as comp:
         svc = comp.service
         for n in range(3):
