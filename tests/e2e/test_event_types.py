@@ -191,3 +191,39 @@ async def test_the_cli_manages_the_catalog(herald: Herald) -> None:
     await herald.acli("event-types", "delete", "order.paid")
     gone = await herald.acli("event-types", "show", "order.paid", check=False)
     assert gone.returncode == 1
+
+
+async def test_the_portal_and_the_console_list_the_catalog(herald: Herald) -> None:
+    from tests.e2e.test_console_http import Client
+
+    schema = {**TASK_RUN, "examples": [{"task_run_id": "tr_42", "status": "done"}]}
+    async with open_api(herald, "acme") as acme:
+        status, _, body = await acme.put(
+            f"{TYPES}/task_run.completed",
+            json={"description": "A <b>run</b> ended.", "schema": schema},
+        )
+        assert status == 200, body
+
+    def pages() -> tuple[str, str, str]:
+        portal = Client(herald)
+        token = herald.portal_token("acme")
+        opened, _ = portal.request(f"/portal/?token={token}")
+        assert opened in (302, 303), opened
+        code, own = portal.request("/portal/event-types?tenant=default")  # its own, whatever asked
+        assert code == 200, own
+        console = Client(herald)
+        assert console.sign_in(herald.cli("keys", "create", "--operator").stdout.strip()) == 303
+        code, acme_page = console.request("/console/event-types?tenant=acme")
+        assert code == 200, acme_page
+        code, default_page = console.request("/console/event-types")
+        assert code == 200, default_page
+        return own, acme_page, default_page
+
+    own, acme_page, default_page = await asyncio.to_thread(pages)
+    for page in (own, acme_page):
+        assert "task_run.completed" in page
+        assert "A &lt;b&gt;run&lt;/b&gt; ended." in page  # text, never markup
+        assert "tr_42" in page  # the schema's example
+        assert "herald.destination.failing" in page
+    assert "task_run.completed" not in default_page
+    assert "herald.destination.failing" in default_page

@@ -8,9 +8,10 @@ face is registered here, in ``_routes``. The pieces:
   rate limits, error pages, the access line);
 - ``signin.py``: the console's door (operator keys); ``portal.py`` the portal's
   (session tokens);
-- ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``
-  and ``replays.py`` the pages themselves, which call the same service layer as the
-  API and the CLI (``filters.py`` reads the deliveries' filter for the last two).
+- ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``,
+  ``replays.py`` and ``eventtypes.py`` (the catalog) the pages themselves, which call
+  the same service layer as the API and the CLI (``filters.py`` reads the deliveries'
+  filter for the deliveries and replays).
 
 Every change writes one audit line naming who asked (``by=console:<key id>`` or
 ``by=portal:<tenant>``).
@@ -30,6 +31,7 @@ from herald.api.ratelimit import RateLimiter, request_limiters
 from herald.config import Settings
 from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
+from herald.console.eventtypes import EventTypePages
 from herald.console.guard import Door, Guard
 from herald.console.pages import path_segment, redirect
 from herald.console.portal import PortalDoor, portal_face
@@ -71,6 +73,7 @@ class Console:
         self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
         self.destinations = DestinationPages(service, wake=wake)
         self.deliveries = DeliveryPages(service, wake=wake)
+        self.event_types = EventTypePages(service, wake=wake)
         # The daemon's, which it stops; without a daemon (tests), one of its own.
         self.replays = ReplayPages(
             service, wake=wake, replayer=replayer or Replayer(service.replays)
@@ -128,6 +131,7 @@ class Console:
         r.add_post("/destinations/{id}/rotate-secret", dest.rotate_secret)
         r.add_get("/destinations/{id}/delete", dest.delete_page)
         r.add_post("/destinations/{id}/delete", dest.delete)
+        r.add_get("/event-types", self.event_types.list)
         r.add_get("/events", dlv.event_lookup)
         # A producer's event id may hold any visible character, '/' included.
         r.add_get("/events/{id:.+}", dlv.event)
