@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -227,3 +228,44 @@ async def test_the_portal_and_the_console_list_the_catalog(herald: Herald) -> No
         assert "herald.destination.failing" in page
     assert "task_run.completed" not in default_page
     assert "herald.destination.failing" in default_page
+
+
+async def test_the_portal_tries_a_destinations_filter(herald: Herald, receiver: Receiver) -> None:
+    from tests.e2e.test_console_http import Client
+
+    async with open_api(herald, "acme") as acme:
+        dest_id = await subscribe(acme, receiver)
+        status, _, body = await acme.patch(
+            f"/v2/event-destinations/{dest_id}", json={"filter": {"data": {"n": {"$gte": 2}}}}
+        )
+        assert status == 200, body
+        for n in (1, 2, 3):
+            status, _, body = await acme.post(
+                "/v2/events", json={"type": "task_run.completed", "data": {"n": n}}
+            )
+            assert status == 202, body
+        await receiver.wait_for(lambda: len(receiver.events("task_run.completed")) == 2, what="2")
+
+    def pages() -> tuple[str, str, tuple[int, str]]:
+        portal = Client(herald)
+        portal.request(f"/portal/?token={herald.portal_token('acme')}")
+        code, page = portal.request(f"/portal/destinations/{dest_id}")
+        assert code == 200, page
+        code, own = portal.request(f"/portal/destinations/{dest_id}/filter")
+        assert code == 200, own
+        other = urllib.parse.quote('{"data": {"n": {"$lt": 2}}}')
+        code, tried = portal.request(f"/portal/destinations/{dest_id}/filter?filter={other}")
+        assert code == 200, tried
+        bad = urllib.parse.quote('{"data": {"n": {"$lt": null}}}')
+        return (
+            page,
+            own + tried,
+            portal.request(f"/portal/destinations/{dest_id}/filter?filter={bad}"),
+        )
+
+    page, tried, (bad_status, bad_page) = await asyncio.to_thread(pages)
+    assert "Test filter" in page
+    assert "2 of 3 would pass." in tried
+    assert "1 of 3 would pass." in tried
+    assert bad_status == 422
+    assert "filter.data.n.$lt" in bad_page

@@ -130,6 +130,7 @@ class Console:
         r.add_post("/destinations/{id}/verify", dest.verify)
         r.add_post("/destinations/{id}/rotate-secret", dest.rotate_secret)
         r.add_get("/destinations/{id}/delete", dest.delete_page)
+        r.add_get("/destinations/{id}/filter", self.event_types.filter_test)
         r.add_post("/destinations/{id}/delete", dest.delete)
         r.add_get("/event-types", self.event_types.list)
         r.add_get("/events", dlv.event_lookup)
