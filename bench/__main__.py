@@ -26,6 +26,7 @@ from bench import (
     query_plans,
     retention,
     retry_backlog,
+    schemas,
     sources,
     throughput,
 )
@@ -56,6 +57,7 @@ BENCHMARKS = [
     Benchmark(query_plans.NAME, query_plans.HELP, query_plans.add_arguments, query_plans.run),
     Benchmark(console.NAME, console.HELP, console.add_arguments, console.run),
     Benchmark(sources.NAME, sources.HELP, sources.add_arguments, sources.run),
+    Benchmark(schemas.NAME, schemas.HELP, schemas.add_arguments, schemas.run),
 ]
 
 

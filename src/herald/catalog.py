@@ -1,22 +1,28 @@
-"""The in-memory view of destinations: lookup by id and the fan-out index.
+"""The in-memory view of destinations: lookup by id and the fan-out index; and of
+the tenants' event-type catalogs: the schemas the relay and the API enforce.
 
-Rebuilt whenever the store's destinations version moves, so changes made by
-another process (the CLI, another API) reach the relay and the workers.
+Rebuilt whenever the store's destinations version moves (an event type's change
+moves it too), so changes made by another process (the CLI, another API) reach the
+relay and the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
 import structlog
 
 from herald.adapters.base import Adapter, DestinationConfig
 from herald.adapters.registry import Registry
 from herald.config import Redactor
 from herald.errors import HeraldError
+from herald.eventschema import Validator, schema_text, validator_for, violations
 from herald.match import SubscriptionIndex
-from herald.model import DeliveryKind, Destination, DueDelivery
+from herald.model import DeliveryKind, Destination, DueDelivery, Event, is_operational
+from herald.payload_filter import Filter, compile_filter, document_of
 from herald.store import Store
 
 log = structlog.get_logger("herald.catalog")
@@ -29,12 +35,20 @@ class Entry:
     config: DestinationConfig | None
     """None when the stored config no longer validates; its deliveries fail loudly."""
     error: str | None = None
+    filter: Filter | None = None
+    """Its payload filter, compiled; None: every event of its types."""
 
 
 class Catalog:
-    def __init__(self, store: Store, registry: Registry) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, *, require_known_types: bool = False
+    ) -> None:
         self._store = store
         self._registry = registry
+        self.require_known_types = require_known_types
+        """``catalog.require_known_types``: a type outside the tenant's catalog is refused."""
+        self._types: dict[tuple[str, str], Validator | None] = {}
+        """(tenant, type) of every catalog entry → its compiled schema (None: any data)."""
         self._version = -1
         self._entries: dict[str, Entry] = {}
         self._index: dict[str, SubscriptionIndex[str]] = {}
@@ -66,7 +80,7 @@ class Catalog:
         for dest in dests:
             old = self._entries.get(dest.id)
             if old is not None and old.dest.updated_at == dest.updated_at:
-                entry = Entry(dest, old.adapter, old.config, old.error)
+                entry = Entry(dest, old.adapter, old.config, old.error, old.filter)
             else:
                 entry = self._entry(dest)
                 if old is not None:
@@ -75,19 +89,32 @@ class Catalog:
             index.setdefault(dest.tenant_id, SubscriptionIndex()).add(dest.id, dest.events)
         for gone in self._entries.keys() - entries.keys():
             await self._entries[gone].adapter.forget(gone)
-        self._entries, self._index, self._version = entries, index, version
+        types = {
+            (t.tenant_id, t.type): None
+            if t.schema is None
+            else validator_for(schema_text(t.schema))
+            for t in await self._store.all_event_types()
+        }
+        self._entries, self._index, self._types = entries, index, types
+        self._version = version
         return True
 
     def _entry(self, dest: Destination) -> Entry:
         adapter = self._registry.get(dest.type)
+        payload_filter = None
+        if dest.filter is not None:
+            try:
+                payload_filter = compile_filter(dest.filter)
+            except HeraldError as exc:  # stored before a limit tightened: say so, send all
+                log.error("destination_filter_invalid", destination_id=dest.id, error=exc.message)
         raw = {k: v for k, v in dest.config.items() if not k.startswith("_")}
         raw.update({k: v for k, v in dest.secrets.items() if not k.startswith("_")})
         try:
             config = self._registry.parse_config(dest.type, raw)
         except HeraldError as exc:
             log.error("destination_config_invalid", destination_id=dest.id, error=exc.message)
-            return Entry(dest, adapter, None, exc.message)
-        return Entry(dest, adapter, config)
+            return Entry(dest, adapter, None, exc.message, payload_filter)
+        return Entry(dest, adapter, config, filter=payload_filter)
 
     def get(self, dest_id: str) -> Entry | None:
         return self._entries.get(dest_id)
@@ -111,6 +138,49 @@ class Catalog:
         if index is None:
             return []
         return [self._entries[d] for d in sorted(index.match(event_type))]
+
+    def violations(self, tenant_id: str, event_type: str, data: Any) -> list[tuple[str, str]]:
+        """How ``data`` breaks the schema of the tenant's type: ``(data.<path>, message)``
+        each, at most 20; empty when it matches or the type has no schema. A type
+        outside the catalog is one violation at ``type`` when
+        :attr:`require_known_types` (Herald's own types are always known)."""
+        key = (tenant_id, event_type)
+        if key not in self._types:
+            if self.require_known_types and not is_operational(event_type):
+                return [("type", f"{event_type} is not in the tenant's event-type catalog")]
+            return []
+        validator = self._types[key]
+        return [] if validator is None else violations(validator, data)
+
+    def refusal(self, event: Event) -> tuple[str, str] | None:
+        """Why the relay refuses ``event`` (code, detail), or None: its data breaks its
+        type's schema (``schema_mismatch``, the first violation), or its type is unknown
+        under ``require_known_types`` (``unknown_type``)."""
+        key = (event.tenant_id, event.type)
+        validator = self._types.get(key)
+        if validator is None:
+            if key in self._types or not self.require_known_types:
+                return None
+            problems = self.violations(event.tenant_id, event.type, None)
+            return ("unknown_type", problems[0][1]) if problems else None
+        found = violations(validator, orjson.loads(event.data), limit=1)
+        return ("schema_mismatch", f"{found[0][0]} {found[0][1]}") if found else None
+
+    def fan_out(self, event: Event) -> tuple[list[Entry], list[str]]:
+        """The subscribers of ``event`` whose payload filter it passes, and the ids of
+        those whose filter it does not (no delivery for them)."""
+        wanted: list[Entry] = []
+        filtered: list[str] = []
+        document = None
+        for entry in self.subscribers(event.tenant_id, event.type):
+            if entry.filter is not None:
+                if document is None:  # parsed once per event, and only when asked
+                    document = document_of(event)
+                if not entry.filter.matches(document):
+                    filtered.append(entry.dest.id)
+                    continue
+            wanted.append(entry)
+        return wanted, filtered
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -445,6 +445,14 @@ class SignalsSettings(_Section):
     (``herald.destination.failing``, once per episode)."""
 
 
+class CatalogSettings(_Section):
+    """The tenants' event-type catalogs (docs/catalog-and-filters.md)."""
+
+    require_known_types: bool = False
+    """Refuse an event whose type is not in its tenant's catalog (422 at
+    ``POST /v2/events``, ``unknown_type`` for an outbox row); Herald's own types pass."""
+
+
 class MetricsSettings(_Section):
     refresh_seconds: float = Field(default=5.0, gt=0)
     per_destination: bool = False
@@ -527,6 +535,7 @@ class Settings(BaseSettings):
     security: SecuritySettings = SecuritySettings()
     retention: RetentionSettings = RetentionSettings()
     signals: SignalsSettings = SignalsSettings()
+    catalog: CatalogSettings = CatalogSettings()
     metrics: MetricsSettings = MetricsSettings()
     console: ConsoleSettings = ConsoleSettings()
     log: LogSettings = LogSettings()

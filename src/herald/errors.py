@@ -150,6 +150,17 @@ _RESOLUTION_BY_CODE = {
         " or leave it out to have one generated."
     ),
     "data_invalid": "Send data as a JSON object.",
+    "schema_mismatch": (
+        "Make data match the JSON Schema of its type (GET /v2/event-types/{type});"
+        " each error names the place in data."
+    ),
+    "event_type_unknown": (
+        "Register the type first (PUT /v2/event-types/{type}): this Herald refuses types"
+        " outside the tenant's catalog (catalog.require_known_types)."
+    ),
+    "schema_invalid": "Give a JSON Schema (draft 2020-12) object; the message says what is wrong.",
+    "event_type_not_found": "List the catalog's types with GET /v2/event-types.",
+    "filter_invalid": "Fix the filter at the place named (docs/catalog-and-filters.md).",
     # Destinations.
     "destination_type_unknown": "Use one of the destination types the message lists.",
     "type_immutable": "Create a new destination of the other type, then delete this one.",

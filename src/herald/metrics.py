@@ -297,6 +297,12 @@ class Metrics:
         self.outbox_rejected = counter(
             "herald_outbox_rejected", "Outbox rows rejected, by reason", "reason"
         )
+        self.events_filtered = counter(
+            "herald_events_filtered",
+            "Deliveries not made because the event did not pass the destination's filter"
+            + (", by destination" if per_destination else ""),
+            *(["destination_id"] if per_destination else []),
+        )
         self.attempts = AttemptCollector(per_destination=per_destination)
         r.register(self.attempts)
         self.inflight = gauge("herald_inflight_attempts", "Attempts in flight in this process")
@@ -376,6 +382,12 @@ class Metrics:
         for rejection in plan.rejected:
             # Reasons look like "invalid_json: detail"; only the code is a label.
             self.outbox_rejected.labels(reason=rejection.reason.split(":", 1)[0]).inc()
+        if plan.filtered:
+            if self.per_destination:
+                for dest_id in plan.filtered:
+                    self.events_filtered.labels(destination_id=dest_id).inc()
+            else:
+                self.events_filtered.inc(len(plan.filtered))
 
     def database_counted(self, counts: DatabaseCounts, *, now: float) -> None:
         """The background refresh read the database's counts (see :class:`DatabaseCounts`)."""

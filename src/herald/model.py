@@ -139,6 +139,9 @@ class Destination:
     ``pending_verification``); None while one is pending or after it succeeded."""
     verification_error: str | None = None
     """The last error of that failed verification."""
+    filter: dict[str, Any] | None = None
+    """Its payload filter (``payload_filter.py``'s syntax), or None: every event of its
+    types."""
 
     @property
     def deleted(self) -> bool:
@@ -186,6 +189,21 @@ class Exchange:
             else tuple((str(n), str(v)) for n, v in response),
             omitted=int(obj.get("omitted", 0)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """One entry of a tenant's event-type catalog (``herald.eventtypes``)."""
+
+    tenant_id: str
+    type: str
+    description: str
+    schema: dict[str, Any] | None
+    """A JSON Schema (2020-12) every payload of the type must match; None: any."""
+    created_at: float
+    updated_at: float
+    builtin: bool = False
+    """Herald's own (``herald.…``): described for every tenant, never stored."""
 
 
 @dataclass(slots=True)
@@ -296,6 +314,9 @@ class RelayPlan:
     untraced: list[tuple[int, str, bytes]] = field(default_factory=list)
     """(seq, event id, value) of the rows whose ``traceparent`` was invalid: their events
     go without it, and the relay says so once the batch is committed."""
+    filtered: list[str] = field(default_factory=list)
+    """Destination ids, once per event of the batch that did not pass the destination's
+    payload filter (no delivery made)."""
     leased: list[str] = field(default_factory=list)
     """Ids of the deliveries stored leased (``NewDelivery.lease_owner``) and not held:
     the store's answer, after checking against the committed destination status."""

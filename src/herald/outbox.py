@@ -114,6 +114,8 @@ class Relay:
                 event = parse_row(row, max_payload_bytes=self._max_payload, marks=self._store.marks)
                 if (event.tenant_id, event.id) in seen:
                     raise Reject("duplicate_id", f"event {event.id} was already ingested")
+                if (refused := self._catalog.refusal(event)) is not None:
+                    raise Reject(*refused)
             except Reject as rej:
                 plan.rejected.append(
                     Rejection(
@@ -132,7 +134,9 @@ class Relay:
             about = about_destination(row.about)
             if row.traceparent and event.traceparent is None:  # (empty: none given)
                 plan.untraced.append((row.seq, event.id, row.traceparent))
-            for entry in self._catalog.subscribers(event.tenant_id, event.type):
+            wanted, filtered = self._catalog.fan_out(event)
+            plan.filtered.extend(filtered)
+            for entry in wanted:
                 if entry.dest.id == about:
                     continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE

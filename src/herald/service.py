@@ -24,6 +24,7 @@ from herald.apikeys import KeyCache
 from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.eventtypes import EventTypes
 from herald.fields import (
     MAX_TYPE_LENGTH,
     Problems,
@@ -35,7 +36,7 @@ from herald.fields import (
 )
 from herald.ids import new_id
 from herald.ingest import event_id_problem, reserved_type_problem, traceparent_problem
-from herald.match import validate_event_type
+from herald.match import SubscriptionIndex, validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
@@ -56,6 +57,7 @@ from herald.model import (
 )
 from herald.overview import Overview
 from herald.overview import read as read_overview
+from herald.payload_filter import compile_filter, document_of
 from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
@@ -73,6 +75,22 @@ EVENT_DELIVERIES_MAX = 200
 """An event's page lists at most this many of its deliveries."""
 
 
+FILTER_TEST_EVENTS = 50
+"""How many of the tenant's newest events of a destination's types a filter's test tries."""
+FILTER_TEST_SCAN = 2000
+"""How many of the tenant's newest events a filter's test looks through for them."""
+
+
+def filter_field(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A body's ``filter``: a payload filter (compiled here to check it, naming the
+    path inside it when it is not one), or None for none."""
+    spec = body.get("filter")
+    if spec is None:
+        return None
+    compile_filter(spec)
+    return dict(spec)
+
+
 class DestinationService:
     def __init__(
         self,
@@ -88,12 +106,15 @@ class DestinationService:
         self.max_destinations_per_tenant = max_destinations_per_tenant
         self.registry = registry
         self.policy = policy
-        self.catalog = catalog or Catalog(store, registry)
+        # (``is None``: an empty catalog is falsy, and the caller's must be the one used.)
+        self.catalog = catalog if catalog is not None else Catalog(store, registry)
         self._on_change = on_change
         self.replays = Replays(store, on_change=on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""
         self.keys: KeyCache[ApiKeyInfo] = KeyCache(store.api_key)
         """Keys by their digest, as the API and the console look them up (one cache)."""
+        self.event_types = EventTypes(store)
+        """The tenants' event-type catalogs (:mod:`herald.eventtypes`)."""
 
     # --- destinations -------------------------------------------------------
     def _type_object(
@@ -128,6 +149,7 @@ class DestinationService:
             "name",
             "type",
             "events",
+            "filter",
             *extra,
             *self.registry.names_of(self.registry.canonical(type_name)),
         }
@@ -168,6 +190,7 @@ class DestinationService:
         if name is None and not found.about("name"):
             found.add(ValidationError("name is required", field="name", code="field_required"))
         events = found.check(events_field, body, required=True)
+        payload_filter = found.check(filter_field, body)
         canonical, used, raw = self._type_object(body, type_name)
         config = None
         if raw is None:
@@ -196,6 +219,7 @@ class DestinationService:
             config=plain,
             secrets=secrets,
             events=events,
+            filter=payload_filter,
             status=DestinationStatus.PENDING_VERIFICATION,
             created_at=now,
             updated_at=now,
@@ -290,6 +314,7 @@ class DestinationService:
         found.check(self._known_keys, body, current.type, ("status",))
         name = found.check(name_field, body)
         events = found.check(events_field, body, required=False)
+        payload_filter = found.check(filter_field, body)
         status_raw = found.check(str_field, body, "status", required=False)
         found.raise_any()
         _, used, raw = self._type_object(body, current.type)
@@ -309,6 +334,8 @@ class DestinationService:
                 changes["name"] = name
             if events is not None:
                 changes["events"] = events
+            if "filter" in body:
+                changes["filter"] = payload_filter
             if raw is not None and given is not None:
                 stored = self._merged(dest)
                 old = self.registry.parse_config(dest.type, stored)
@@ -544,6 +571,25 @@ class DestinationService:
         self._on_change()
         return await self.get_delivery(tenant_id, delivery_id)
 
+    async def test_filter(
+        self, tenant_id: str, dest_id: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[tuple[Event, bool]]]:
+        """Which of the tenant's newest events of the destination's types (at most
+        :data:`FILTER_TEST_EVENTS`, among its :data:`FILTER_TEST_SCAN` newest events)
+        would pass ``body``'s ``filter`` (the destination's own when it gives none; null:
+        no filter). Nothing is stored or sent."""
+        dest = await self.get(tenant_id, dest_id)
+        for key in body:
+            if key != "filter":
+                raise BadRequest(f"unknown field {key!r}", field=key, code="unknown_field")
+        spec = filter_field(body) if "filter" in body else dest.filter
+        compiled = None if spec is None else compile_filter(spec)
+        types: SubscriptionIndex[str] = SubscriptionIndex()
+        types.add(dest.id, dest.events)
+        recent = await self.store.recent_events(tenant_id, limit=FILTER_TEST_SCAN)
+        chosen = [e for e in recent if types.match(e.type)][:FILTER_TEST_EVENTS]
+        return spec, [(e, compiled is None or compiled.matches(document_of(e))) for e in chosen]
+
     # --- events -------------------------------------------------------------
     async def publish(
         self,
@@ -566,6 +612,7 @@ class DestinationService:
             raise ValidationError(problem, field="type", code="event_type_reserved")
         if not isinstance(data, dict):
             raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
+        await self._check_schema(tenant_id, type, data)
         if event_id is None:
             event_id = new_id("evt_")
         elif (problem := event_id_problem(event_id)) is not None:
@@ -597,6 +644,23 @@ class DestinationService:
         return Event(
             event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent or None
         )
+
+    async def _check_schema(self, tenant_id: str, type: str, data: dict[str, Any]) -> None:
+        """422 ``schema_mismatch`` naming each place where ``data`` breaks its type's
+        schema (at most 20), or ``event_type_unknown`` under
+        ``catalog.require_known_types``; the catalog is reloaded first if it changed."""
+        await self.catalog.refresh()
+        found = self.catalog.violations(tenant_id, type, data)
+        if not found:
+            return
+        if found[0][0] == "type":
+            raise ValidationError(found[0][1], field="type", code="event_type_unknown")
+        first, *rest = (
+            ValidationError(f"{path}: {message}", field=path, code="schema_mismatch")
+            for path, message in found
+        )
+        first.also = tuple(rest)
+        raise first
 
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:

@@ -16,6 +16,7 @@ from herald.model import (
     DestinationHealth,
     DestinationStatus,
     Event,
+    EventType,
     Replay,
     ReplayResult,
 )
@@ -39,6 +40,7 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         "type": dest.type,
         dest.type: type_config,
         "events": list(dest.events),
+        "filter": dest.filter,
         "status": dest.status.value,
         "verification": verification_view(dest),
         "created_at": _ts(dest.created_at),
@@ -155,6 +157,32 @@ def event_view(e: Event) -> dict[str, Any]:
         "type": e.type,
         "created_at": e.created_at,
         "data": orjson.loads(e.data),
+    }
+
+
+def event_type_view(entry: EventType) -> dict[str, Any]:
+    """One entry of a tenant's event-type catalog; Herald's own have no times."""
+    return {
+        "object": "event_type",
+        "type": entry.type,
+        "description": entry.description,
+        "schema": entry.schema,
+        "builtin": entry.builtin,
+        "created_at": None if entry.builtin else _ts(entry.created_at),
+        "updated_at": None if entry.builtin else _ts(entry.updated_at),
+    }
+
+
+def filter_test_view(
+    spec: dict[str, Any] | None, results: list[tuple[Event, bool]]
+) -> dict[str, Any]:
+    """What a filter's test answers: each event tried and whether it passes."""
+    return {
+        "object": "filter_test",
+        "filter": spec,
+        "tested": len(results),
+        "passed": sum(ok for _, ok in results),
+        "data": [{**event_view(e), "passes": ok} for e, ok in results],
     }
 
 

@@ -100,7 +100,7 @@ async def components(settings: Settings) -> AsyncIterator[Components]:
     store = make_store(settings, box)
     await store.open()
     registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
-    catalog = Catalog(store, registry)
+    catalog = Catalog(store, registry, require_known_types=settings.catalog.require_known_types)
     policy = retry_policy(settings)
     service = DestinationService(
         store,

@@ -229,6 +229,7 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
         "type",
         "webhook",
         "events",
+        "filter",
         "status",
         "verification",
         "created_at",

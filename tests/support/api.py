@@ -111,6 +111,9 @@ class Api:
     async def post(self, path: str, **kwargs: Any) -> Reply:
         return await self.request("POST", path, **kwargs)
 
+    async def put(self, path: str, **kwargs: Any) -> Reply:
+        return await self.request("PUT", path, **kwargs)
+
     async def patch(self, path: str, **kwargs: Any) -> Reply:
         return await self.request("PATCH", path, **kwargs)
 

@@ -46,6 +46,8 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.fields",
         "herald.signals",
         "herald.slots",
+        "herald.payload_filter",
+        "herald.eventschema",
     ),
     # The edges of the engine: the database, the destinations, producers' databases.
     ("herald.store", "herald.adapters", "herald.sourcedb"),
@@ -68,6 +70,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.overview",
         "herald.tokens",
         "herald.replayer",
+        "herald.eventtypes",
     ),
     # Faces and wiring.
     ("herald.wiring", "herald.workers", "herald.api", "herald.console"),

@@ -19,7 +19,7 @@ from herald.api.request import (
 from herald.audit import update_fields
 from herald.fields import events_field, name_field
 from herald.model import DestinationStatus
-from herald.views import delivery_view, health_view, verification_attempt_view
+from herald.views import delivery_view, filter_test_view, health_view, verification_attempt_view
 
 
 class DestinationHandlers(ApiBase):
@@ -99,6 +99,13 @@ class DestinationHandlers(ApiBase):
             outcome=delivery.status.value,
         )
         return self._respond(schemas.Delivery, delivery_view(delivery, with_attempts=True))
+
+    async def test_filter(self, request: web.Request) -> web.StreamResponse:
+        body = await json_body(request, schemas.FilterTestRequest, optional=True)
+        spec, results = await self.service.test_filter(
+            request[TENANT], request.match_info["id"], body.model_dump(exclude_unset=True)
+        )
+        return self._respond(schemas.FilterTestResult, filter_test_view(spec, results))
 
     async def verify_destination(self, request: web.Request) -> web.StreamResponse:
         dest = await self.service.verify(request[TENANT], request.match_info["id"])

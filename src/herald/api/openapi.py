@@ -129,7 +129,12 @@ _ID_PREFIXES = {
 
 
 # Bodies a request may leave out (v2 reads none as {}): every field has a default.
-_OPTIONAL_BODIES = (schemas.RotateSecretRequest, schemas.ReplayRequest, schemas.TokenRequest)
+_OPTIONAL_BODIES = (
+    schemas.RotateSecretRequest,
+    schemas.ReplayRequest,
+    schemas.TokenRequest,
+    schemas.FilterTestRequest,
+)
 
 # What each operation is for, and what its success response carries, by operationId.
 _SUMMARIES = {
@@ -139,6 +144,7 @@ _SUMMARIES = {
     "updateDestination": "Update an event destination (only fields given)",
     "deleteDestination": "Delete an event destination",
     "testDestination": "Send test.ping once, no retry",
+    "testFilter": "Try a payload filter on the newest events of the destination's types",
     "verifyDestination": "Send a fresh verification ping",
     "rotateSecret": "Rotate the webhook signing secret",
     "listDeliveries": "List deliveries to a destination, newest first",
@@ -147,6 +153,10 @@ _SUMMARIES = {
     "retryDelivery": "Re-queue one delivery now",
     "publishEvent": "Publish an event through the outbox",
     "getEvent": "Get an event",
+    "listEventTypes": "List the tenant's event-type catalog, in type order",
+    "getEventType": "Get an event type's description and schema",
+    "putEventType": "Create or replace an event type's description and schema",
+    "deleteEventType": "Delete an event type from the catalog",
     "listReplays": "List replays, newest first",
     "getReplay": "Get a replay and its outcome",
     "createToken": "Create a session token for the tenant portal",
@@ -158,6 +168,7 @@ _RESULTS = {
     "updateDestination": "the destination",
     "deleteDestination": "the deleted destination",
     "testDestination": "the test delivery and its attempt",
+    "testFilter": "each event tried and whether it passes; nothing is stored or sent",
     "verifyDestination": "the destination",
     "rotateSecret": "the destination and its new secret, shown once",
     "listDeliveries": "a page of deliveries",
@@ -166,6 +177,10 @@ _RESULTS = {
     "retryDelivery": "the re-queued delivery",
     "publishEvent": "the accepted event",
     "getEvent": "the event",
+    "listEventTypes": "a page of event types (Herald's own herald.… types among them)",
+    "getEventType": "the event type",
+    "putEventType": "the event type as stored",
+    "deleteEventType": "the deleted event type",
     "listReplays": "a page of replays",
     "getReplay": "the replay, its deliveries counted by status now",
     "createToken": "the session token; its value is shown only here",
@@ -182,13 +197,15 @@ def _op(
     *,
     query: tuple[dict[str, Any], ...] = (),
     idempotent: bool = False,
+    refusable: bool = False,
 ) -> tuple[str, str, dict[str, Any]]:
     """One operation as (path, method, operation).
 
     The path's ``{id}`` makes its parameter; a read (GET, DELETE) answers no 409 or
-    413, a 404 only with an id and a 422 only with query filters to be invalid."""
-    with_id = "{id}" in path
-    params = [_path_id(_ID_PREFIXES[path.split("/")[2]])] if with_id else []
+    413, a 404 only with an id and a 422 only with query filters to be invalid (or when
+    ``refusable``: a DELETE the service may refuse)."""
+    with_id = "{id}" in path or "{type}" in path
+    params = [_path_param(path)] if with_id else []
     params.extend(query)
     errors = _WRITE_ERRORS
     if method in ("GET", "DELETE"):
@@ -197,7 +214,7 @@ def _op(
             "409",
             "413",
             *(() if with_id else ("404",)),
-            *(() if query else ("422",)),
+            *(() if query or refusable else ("422",)),
         }
         errors = tuple(code for code in _WRITE_ERRORS if code not in dropped)
     op: dict[str, Any] = {
@@ -237,6 +254,18 @@ _TRACEPARENT = {
     " sent on to the receivers; an invalid one is dropped with a warning, never the event",
     "schema": {"type": "string"},
 }
+
+
+def _path_param(path: str) -> dict[str, Any]:
+    if "{type}" in path:
+        return {
+            "name": "type",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "maxLength": 128},
+            "description": "an event type, such as order.paid",
+        }
+    return _path_id(_ID_PREFIXES[path.split("/")[2]])
 
 
 def _path_id(prefix: str) -> dict[str, Any]:
@@ -293,6 +322,14 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
         _op("PATCH", dest, "updateDestination", "200", D, models.update),
         _op("DELETE", dest, "deleteDestination", "200", D),
         _op("POST", f"{dest}/test", "testDestination", "200", S.Delivery),
+        _op(
+            "POST",
+            f"{dest}/filter/test",
+            "testFilter",
+            "200",
+            S.FilterTestResult,
+            S.FilterTestRequest,
+        ),
         _op("POST", f"{dest}/verify", "verifyDestination", "202", D),
         _op("POST", f"{dest}/rotate-secret", "rotateSecret", "200", R, S.RotateSecretRequest),
         _op("GET", dest_deliveries, "listDeliveries", "200", S.DeliveryList, query=dlv_query),
@@ -310,6 +347,17 @@ def _operations(models: DestinationModels) -> list[tuple[str, str, dict[str, Any
             idempotent=True,
         ),
         _op("GET", "/v2/events/{id}", "getEvent", "200", S.Event),
+        _op("GET", "/v2/event-types", "listEventTypes", "200", S.EventTypeList, query=_PAGING),
+        _op("GET", "/v2/event-types/{type}", "getEventType", "200", S.EventType),
+        _op("PUT", "/v2/event-types/{type}", "putEventType", "200", S.EventType, S.EventTypePut),
+        _op(
+            "DELETE",
+            "/v2/event-types/{type}",
+            "deleteEventType",
+            "200",
+            S.EventType,
+            refusable=True,  # Herald's own types: 422 event_type_reserved
+        ),
         _op("GET", "/v2/replays", "listReplays", "200", S.ReplayList, query=_PAGING),
         _op("GET", "/v2/replays/{id}", "getReplay", "200", S.Replay),
         _op("POST", "/v2/token", "createToken", "201", S.Token, S.TokenRequest, idempotent=True),
@@ -331,6 +379,11 @@ def document(models: DestinationModels) -> dict[str, Any]:
         schemas.Token,
         schemas.TokenRequest,
         schemas.RotateSecretRequest,
+        schemas.FilterTestRequest,
+        schemas.FilterTestResult,
+        schemas.EventTypePut,
+        schemas.EventType,
+        schemas.EventTypeList,
         models.create,
         models.update,
         models.destination,

@@ -43,6 +43,17 @@ _Patterns = Annotated[list[_Pattern], _documented(maxItems=MAX_PATTERNS)]
 
 
 # --- responses ------------------------------------------------------------------
+_FILTER_FIELD: Any = (
+    dict[str, Any] | None,
+    Field(
+        default=None,
+        description="a payload filter (docs/catalog-and-filters.md): only events that pass it"
+        " get a delivery; null for every event of its types",
+        examples=[{"data": {"amount": {"$gte": 100}}}],
+    ),
+)
+
+
 class ErrorItem(_Strict):
     type: str = Field(description="category, e.g. request, auth, rate_limit")
     code: str = Field(description="stable machine code")
@@ -258,6 +269,62 @@ class EventCreate(_Strict):
     created_at: str | None = Field(default=None, description="RFC 3339; default now")
 
 
+class _Aliased(_Strict):
+    # ``schema`` would shadow BaseModel's: the field is ``schema_``, named by its alias.
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True, validate_by_name=False)
+
+
+class EventTypePut(_Aliased):
+    description: Annotated[str, _documented(maxLength=2000)] = Field(
+        default="", description="what the event means, for the people who subscribe"
+    )
+    schema_: dict[str, Any] | None = Field(
+        default=None,
+        alias="schema",
+        description="a JSON Schema (draft 2020-12) every payload's data must match;"
+        " null or absent: any data",
+    )
+
+
+class EventType(_Aliased):
+    object: Literal["event_type"]
+    type: str
+    description: str
+    schema_: dict[str, Any] | None = Field(alias="schema")
+    builtin: bool = Field(description="Herald's own operational event type (herald.…)")
+    created_at: str | None
+    updated_at: str | None
+
+
+class EventTypeList(_Strict):
+    object: Literal["list"]
+    data: list[EventType]
+    has_more: bool
+    next_cursor: str | None
+    request_id: str
+
+
+class FilterTestRequest(_Strict):
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="the filter to try; the destination's own when left out, none when null",
+    )
+
+
+class FilterTestEvent(Event):
+    passes: bool = Field(description="whether the event passes the filter")
+
+
+class FilterTestResult(_Strict):
+    object: Literal["filter_test"]
+    filter: dict[str, Any] | None
+    tested: int = Field(description="how many events were tried (at most 50)")
+    passed: int
+    data: list[FilterTestEvent] = Field(
+        description="the tenant's newest events of the destination's types, newest first"
+    )
+
+
 @dataclass(frozen=True)
 class DestinationModels:
     """The models whose shape depends on the registered destination types."""
@@ -305,6 +372,7 @@ def destination_models(registry: Registry) -> DestinationModels:
                 " Herald's operational events, which need herald.* or their own type"
             ),
         ),
+        filter=_FILTER_FIELD,
         **create_fields,
     )
     update = create_model(
@@ -313,6 +381,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         name=(_Name | None, None),
         type=(_TypeName | None, None),
         events=(_Patterns | None, None),
+        filter=_FILTER_FIELD,
         # The enum describes the string branch only: beside ``default: null`` at the top
         # it would make the default itself invalid (openapi-spec-validator refuses that).
         # The service checks the value (422 status_invalid), so pydantic does not.
@@ -330,6 +399,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         name=(str, ...),
         type=(str, ...),
         events=(list[str], ...),
+        filter=(dict[str, Any] | None, None),
         status=(Literal["pending_verification", "active", "inactive"], ...),
         verification=(Verification, ...),
         health=(DestinationHealth | None, None),

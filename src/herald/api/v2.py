@@ -2,7 +2,8 @@
 
 Spec 000's conventions (auth, errors, rate limits, pagination, idempotency) are
 :mod:`herald.api.base`; the handlers are :mod:`~herald.api.destinations`,
-:mod:`~herald.api.deliveries` and :mod:`~herald.api.events`.
+:mod:`~herald.api.deliveries`, :mod:`~herald.api.events` and
+:mod:`~herald.api.eventtypes`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from herald.api.base import PREFIX
 from herald.api.deliveries import DeliveryHandlers
 from herald.api.destinations import DestinationHandlers
 from herald.api.events import EventHandlers
+from herald.api.eventtypes import EventTypeHandlers
 from herald.api.openapi import Served
 
 
-class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
+class Api(DestinationHandlers, DeliveryHandlers, EventHandlers, EventTypeHandlers):
     """Handlers and middlewares bound to one service."""
 
     def setup(self, app: web.Application) -> None:
@@ -35,6 +37,7 @@ class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
         r.add_patch(f"{p}/event-destinations/{{id}}", self.update_destination)
         r.add_delete(f"{p}/event-destinations/{{id}}", self.delete_destination)
         r.add_post(f"{p}/event-destinations/{{id}}/test", self.test_destination)
+        r.add_post(f"{p}/event-destinations/{{id}}/filter/test", self.test_filter)
         r.add_post(f"{p}/event-destinations/{{id}}/verify", self.verify_destination)
         r.add_post(f"{p}/event-destinations/{{id}}/rotate-secret", self.rotate_secret)
         r.add_get(f"{p}/event-destinations/{{id}}/event-deliveries", self.list_deliveries)
@@ -43,6 +46,10 @@ class Api(DestinationHandlers, DeliveryHandlers, EventHandlers):
         r.add_post(f"{p}/event-deliveries/{{id}}/retry", self.retry_delivery)
         r.add_post(f"{p}/events", self.publish_event)
         r.add_get(f"{p}/events/{{id}}", self.get_event)
+        r.add_get(f"{p}/event-types", self.list_event_types)
+        r.add_get(f"{p}/event-types/{{type}}", self.get_event_type)
+        r.add_put(f"{p}/event-types/{{type}}", self.put_event_type)
+        r.add_delete(f"{p}/event-types/{{type}}", self.delete_event_type)
         r.add_get(f"{p}/replays", self.list_replays)
         r.add_get(f"{p}/replays/{{id}}", self.get_replay)
         r.add_post(f"{p}/token", self.create_token)

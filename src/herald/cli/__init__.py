@@ -16,6 +16,7 @@ import structlog
 
 from herald.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from herald.cli.daemon import cmd_run, cmd_worker
+from herald.cli.eventtypes import cmd_event_types
 from herald.cli.keys import cmd_keys
 from herald.cli.ops import (
     cmd_check_config,
@@ -41,6 +42,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[An
     "keys": cmd_keys,
     "destinations": cmd_destinations,
     "deliveries": cmd_deliveries,
+    "event-types": cmd_event_types,
     "replay": cmd_replay,
     "replays": cmd_replays,
     "outbox": cmd_outbox,

@@ -223,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", "send a new verification ping (a destination becomes active on success)", ""),
         ("test", "send a test.ping now and show the attempt", ""),
         (
+            "test-filter",
+            "which of the newest events of its types pass a payload filter (its own by default)",
+            ' --data \'{"filter": {"data": {"amount": {"$gte": 100}}}}\'',
+        ),
+        (
             "update",
             "change name, events, status or config (the API's PATCH body)",
             ' --data \'{"status": "inactive"}\'',
@@ -238,9 +243,46 @@ def build_parser() -> argparse.ArgumentParser:
         )
         by_id[action].add_argument("id", help="the destination's id (evtd_…)")
     by_id["update"].add_argument("--data", required=True, help="the API's JSON body, or @file.json")
+    by_id["test-filter"].add_argument(
+        "--data", help='the API\'s JSON body ({"filter": …}), or @file.json; none: its own filter'
+    )
     by_id["rotate-secret"].add_argument(
         "--secret", help="the new whsec_ secret (default: generate one)"
     )
+
+    types = _group(sub, "event-types", "the event-type catalog: descriptions and JSON Schemas")
+    command = functools.partial(_command, types)
+    tl = command(
+        "list",
+        [scoped],
+        "the tenant's event types in type order, Herald's own among them",
+        ["herald event-types list --tenant acme"],
+    )
+    tl.add_argument("--limit", type=int, default=100, help="at most (default: %(default)s)")
+    command(
+        "show",
+        [scoped],
+        "one event type: its description and schema",
+        ["herald event-types show order.paid"],
+    ).add_argument("type", help="the event type")
+    tp = command(
+        "put",
+        [scoped],
+        "create or replace an event type (the API's PUT body: description, schema)",
+        [
+            'herald event-types put order.paid --data \'{"description": "An order was paid.",'
+            ' "schema": {"type": "object", "required": ["order_id"]}}\'',
+            "herald event-types put order.paid --data @order.paid.json",
+        ],
+    )
+    tp.add_argument("type", help="the event type")
+    tp.add_argument("--data", required=True, help="the API's JSON body, or @file.json")
+    command(
+        "delete",
+        [scoped],
+        "remove an event type from the catalog (its events are no longer checked)",
+        ["herald event-types delete order.paid"],
+    ).add_argument("type", help="the event type")
 
     deliveries = _group(sub, "deliveries", "event deliveries: list and show, with their attempts")
     command = functools.partial(_command, deliveries)

@@ -31,6 +31,7 @@ from herald.views import (
     delivery_view,
     destination_view,
     event_view,
+    filter_test_view,
     health_view,
     list_view,
     rate_text,
@@ -115,6 +116,22 @@ async def cmd_destinations(settings: Settings, args: argparse.Namespace) -> int:
                     "# New signing secret, shown once; the previous one signs for 24 h more.",
                     file=sys.stderr,
                 )
+            return EXIT_OK
+        elif action == "test-filter":
+            body = json_object(read_body(args.data)) if args.data else {}
+            spec, results = await svc.test_filter(args.tenant, args.id, body)
+            tried = filter_test_view(spec, results)
+            if args.json:
+                print_json(tried)
+            else:
+                table(
+                    [
+                        (e["id"], e["type"], e["created_at"], "pass" if e["passes"] else "-")
+                        for e in tried["data"]
+                    ],
+                    ("event", "type", "created", "filter"),
+                )
+                print(f"{tried['passed']} of {tried['tested']} would pass")
             return EXIT_OK
         elif action == "test":
             delivery = await svc.test(args.tenant, args.id)

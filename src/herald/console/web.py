@@ -8,9 +8,10 @@ face is registered here, in ``_routes``. The pieces:
   rate limits, error pages, the access line);
 - ``signin.py``: the console's door (operator keys); ``portal.py`` the portal's
   (session tokens);
-- ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``
-  and ``replays.py`` the pages themselves, which call the same service layer as the
-  API and the CLI (``filters.py`` reads the deliveries' filter for the last two).
+- ``pages.py``: what every handler shares; ``destinations.py``, ``deliveries.py``,
+  ``replays.py`` and ``eventtypes.py`` (the catalog) the pages themselves, which call
+  the same service layer as the API and the CLI (``filters.py`` reads the deliveries'
+  filter for the deliveries and replays).
 
 Every change writes one audit line naming who asked (``by=console:<key id>`` or
 ``by=portal:<tenant>``).
@@ -30,6 +31,7 @@ from herald.api.ratelimit import RateLimiter, request_limiters
 from herald.config import Settings
 from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
+from herald.console.eventtypes import EventTypePages
 from herald.console.guard import Door, Guard
 from herald.console.pages import base, path_segment, redirect, when
 from herald.console.portal import PortalDoor, portal_face
@@ -76,6 +78,7 @@ class Console:
         self.deliveries = DeliveryPages(service, wake=wake)
         if sources is not None:
             self.deliveries.sources = sources
+        self.event_types = EventTypePages(service, wake=wake)
         # The daemon's, which it stops; without a daemon (tests), one of its own.
         self.replays = ReplayPages(
             service, wake=wake, replayer=replayer or Replayer(service.replays)
@@ -133,7 +136,9 @@ class Console:
         r.add_post("/destinations/{id}/verify", dest.verify)
         r.add_post("/destinations/{id}/rotate-secret", dest.rotate_secret)
         r.add_get("/destinations/{id}/delete", dest.delete_page)
+        r.add_get("/destinations/{id}/filter", self.event_types.filter_test)
         r.add_post("/destinations/{id}/delete", dest.delete)
+        r.add_get("/event-types", self.event_types.list)
         r.add_get("/events", dlv.events)
         # A producer's event id may hold any visible character, '/' included.
         r.add_get("/events/{id:.+}", dlv.event)

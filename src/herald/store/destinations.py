@@ -44,7 +44,9 @@ class DestinationStore(StorePart):
     ) -> None:
         row = destination_to_row(dest, self._box)
         async with self.dialect.tx() as c:
-            await self.dialect.execute(c, "create_destination", *row)
+            await self.dialect.execute(c, "create_destination", *row[:11])
+            if row[11] is not None:
+                await self.dialect.execute(c, "set_destination_filter", row[11], dest.id)
             if verification is not None:
                 await self._insert_events(c, [verification[0]], dest.created_at)
                 await self._insert_deliveries(c, [verification[1]], dest.created_at)
@@ -66,7 +68,7 @@ class DestinationStore(StorePart):
         row = destination_to_row(dest, self._box)
         async with d.tx() as c:
             written = await d.execute(
-                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at
+                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at, row[11]
             )
             if not written:
                 return False

@@ -147,6 +147,11 @@ class HistoryStore(StorePart):
         except Reject:
             return None
 
+    async def recent_events(self, tenant_id: str, *, limit: int) -> list[Event]:
+        """The tenant's newest stored events, newest first."""
+        rows = await self.dialect.read("recent_events", tenant_id, limit)
+        return [event_from_row(r) for r in rows]
+
     # --- rejected outbox rows ---------------------------------------------
     async def list_rejected(
         self, *, limit: int, tenant_id: str | None = None

@@ -121,6 +121,7 @@ def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:
         failing_since=row[12],
         verification_failed_at=row[13],
         verification_error=row[14],
+        filter=orjson.loads(row[15]) if row[15] is not None else None,
     )
 
 
@@ -155,6 +156,7 @@ def destination_to_row(dest: Destination, box: SecretBox) -> tuple[Any, ...]:
         dest.created_at,
         dest.updated_at,
         dest.deleted_at,
+        None if dest.filter is None else orjson.dumps(dest.filter).decode(),
     )
 
 

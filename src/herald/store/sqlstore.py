@@ -11,7 +11,8 @@ path, :mod:`~herald.store.destinations` the destinations,
 :mod:`~herald.store.access` keys, tokens, sessions, rate limits and idempotency,
 :mod:`~herald.store.counters` the per-destination counters the recorder keeps,
 :mod:`~herald.store.recent` what is happening now (the overview's and the events list's reads),
-:mod:`~herald.store.sources` the rows of outbox sources and their leases.
+:mod:`~herald.store.sources` the rows of outbox sources and their leases,
+:mod:`~herald.store.eventtypes` the tenants' event-type catalogs.
 The rest of the code types against the whole, ``herald.store.Store``.
 """
 
@@ -26,6 +27,7 @@ from herald.store.counters import CounterStore
 from herald.store.destinations import DestinationStore
 from herald.store.dialect import Dialect
 from herald.store.engine import EngineStore
+from herald.store.eventtypes import EventTypeStore
 from herald.store.history import HistoryStore
 from herald.store.recent import RecentStore
 from herald.store.sources import SourceStore
@@ -49,6 +51,7 @@ class SQLStore(
     AccessStore,
     CounterStore,
     RecentStore,
+    EventTypeStore,
     Generic[D],
 ):
     """The store (``herald.store.Store``): every operation once, over a dialect.

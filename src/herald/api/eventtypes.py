@@ -1,0 +1,54 @@
+"""The /v2 handlers of the tenant's event-type catalog: list, read, put, delete."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from herald.api import schemas
+from herald.api.base import REQUEST_ID, TENANT, ApiBase
+from herald.api.request import json_body, page_limit, query_params
+from herald.views import event_type_view, list_view
+
+_ENDPOINT = "event_types"
+
+
+class EventTypeHandlers(ApiBase):
+    """``/v2/event-types``."""
+
+    async def list_event_types(self, request: web.Request) -> web.StreamResponse:
+        query = query_params(request, {"limit", "cursor"})
+        limit = page_limit(query)
+        filters = {"tenant": request[TENANT]}
+        after = None
+        if "cursor" in query:
+            after = self.cursors.decode(query["cursor"], endpoint=_ENDPOINT, filters=filters)
+        items, more = await self.service.event_types.list(request[TENANT], after=after, limit=limit)
+        cursor = None
+        if more and items:
+            cursor = self.cursors.encode(items[-1].type, endpoint=_ENDPOINT, filters=filters)
+        body = list_view(
+            [event_type_view(e) for e in items],
+            has_more=more,
+            next_cursor=cursor,
+            request_id=request[REQUEST_ID],
+        )
+        return self._respond(schemas.EventTypeList, body)
+
+    async def get_event_type(self, request: web.Request) -> web.StreamResponse:
+        query_params(request, set())
+        entry = await self.service.event_types.get(request[TENANT], request.match_info["type"])
+        return self._respond(schemas.EventType, event_type_view(entry))
+
+    async def put_event_type(self, request: web.Request) -> web.StreamResponse:
+        body = await json_body(request, schemas.EventTypePut)
+        event_type = request.match_info["type"]
+        entry = await self.service.event_types.put(
+            request[TENANT], event_type, body.model_dump(exclude_unset=True, by_alias=True)
+        )
+        self._audit(request, "event_type_put", event_type=entry.type)
+        return self._respond(schemas.EventType, event_type_view(entry))
+
+    async def delete_event_type(self, request: web.Request) -> web.StreamResponse:
+        entry = await self.service.event_types.delete(request[TENANT], request.match_info["type"])
+        self._audit(request, "event_type_deleted", event_type=entry.type)
+        return self._respond(schemas.EventType, event_type_view(entry))
