@@ -26,7 +26,16 @@ from herald.errors import StorageError
 from herald.floor import Claims
 from herald.handover import Handover
 from herald.logs import debug_enabled
-from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome, Recorded
+from herald.model import (
+    CIRCUIT_CLOSED,
+    CIRCUIT_OPENED,
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Outcome,
+    Recorded,
+)
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.slots import Slots
@@ -101,8 +110,9 @@ class Dispatcher:
             max_per_tenant=limits.max_per_tenant,
             claim_batch=limits.claim_batch,
         )
+        self._on_recorded = on_recorded
         self.recorder = Recorder(
-            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=on_recorded
+            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=self._recorded
         )
         recorder = self.recorder
         self._slots = Slots(
@@ -138,6 +148,12 @@ class Dispatcher:
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
+        self._breaker_claims: dict[str, float] = {}
+        """Deliveries to destinations with a circuit breaker, held and not begun: when
+        each was claimed (herald.flow)."""
+        self._circuits_opened: dict[str, float] = {}
+        """Destinations whose circuit this process's recorder saw open, and when: what
+        was claimed before then and has not begun does not begin."""
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -228,8 +244,11 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=False)
             elif next_due <= self._claims.read_at:
                 # Due when the claim read, and not taken: due work exists but only for
-                # saturated destinations (or rows a peer holds): wait for a slot.
-                await self._sleep(stop, lim.idle_poll, slot=True)
+                # saturated destinations (or rows a peer holds, or destinations waiting
+                # for their rate or their circuit's probe): wait for a slot or a gate.
+                gate = self._claims.next_gate()
+                wait = lim.idle_poll if gate is None else min(gate - time.time(), lim.idle_poll)
+                await self._sleep(stop, wait, slot=True)
             else:
                 # Not yet due when the claim read; it may be by now (a timer that fired
                 # a little early, a slow query): then claim again at once. Compared with
@@ -272,7 +291,11 @@ class Dispatcher:
             self._idle.clear()
         admit = self._slots.admit
         recording = self._recording
+        claimed_at = time.time()
         for item in due:
+            entry = self._catalog.get(item.destination_id)
+            if entry is not None and entry.dest.circuit_breaker:
+                self._breaker_claims[item.id] = claimed_at
             # Claimed again while still ours (its lease ran out while the database was
             # away): the claim only renewed the lease; one attempt is enough.
             if item.id not in recording:
@@ -280,6 +303,15 @@ class Dispatcher:
 
     def _begin(self, item: DueDelivery) -> None:
         """``item`` has its slots (herald.slots): attempt it, here or in a worker."""
+        claimed_at = self._breaker_claims.pop(item.id, None)
+        if claimed_at is not None and item.kind is DeliveryKind.EVENT:
+            opened = self._circuits_opened.get(item.destination_id)
+            if opened is not None and claimed_at <= opened:
+                # Its circuit opened since it was claimed: no attempt (the slot is freed
+                # once the caller is done with the slots), due again as it was.
+                loop = self._event_loop or asyncio.get_running_loop()
+                loop.call_soon(self._postpone, item)
+                return
         if self._submit is not None:
             self._submit(item, self._done_cb)
             return
@@ -314,6 +346,39 @@ class Dispatcher:
                 log_attempt(record, item, type_id)
         finally:
             self._release(item)
+
+    def _recorded(self, recorded: Recorded) -> None:
+        """A recording committed operational events: the circuits it opened stop what
+        this process claimed of them before (herald.flow); those it closed open their
+        gates."""
+        for s in recorded.signals:
+            if s.type == CIRCUIT_OPENED:
+                self._circuits_opened[s.destination_id] = time.time()
+            elif s.type == CIRCUIT_CLOSED:
+                self._circuits_opened.pop(s.destination_id, None)
+                self._claims.opened(s.destination_id)
+                self._wake.set()
+        self._on_recorded(recorded)
+
+    def _postpone(self, item: DueDelivery) -> None:
+        """``item`` took a slot but its circuit is open: free the slot, unclaim it."""
+        if item.id not in self._slots:
+            return
+        self._release(item)
+        loop = self._event_loop or asyncio.get_running_loop()
+        task = loop.create_task(self._unclaim(item), name=f"herald-unclaim-{item.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _unclaim(self, item: DueDelivery) -> None:
+        # Cancelled when stopping: its lease is released with the others.
+        await retry_storage(
+            functools.partial(self._store.unclaim, [(item.id, item.due_at)], owner=self.owner),
+            on_error=lambda exc, delay: log.warning(
+                "unclaim_failed", error=exc.message, retry_in=delay
+            ),
+            until=lambda: self._given_up,
+        )
 
     def _release(self, item: DueDelivery) -> None:
         # Wake the claim loop only when this completion makes room it can use (a parked

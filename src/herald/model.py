@@ -57,11 +57,15 @@ DELIVERY_EXHAUSTED = "herald.delivery.exhausted"
 DESTINATION_FAILING = "herald.destination.failing"
 DESTINATION_RECOVERED = "herald.destination.recovered"
 VERIFICATION_FAILED = "herald.destination.verification_failed"
+CIRCUIT_OPENED = "herald.destination.circuit_opened"
+CIRCUIT_CLOSED = "herald.destination.circuit_closed"
 OPERATIONAL_TYPES = (
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
     DESTINATION_RECOVERED,
     VERIFICATION_FAILED,
+    CIRCUIT_OPENED,
+    CIRCUIT_CLOSED,
 )
 
 
@@ -139,10 +143,25 @@ class Destination:
     ``pending_verification``); None while one is pending or after it succeeded."""
     verification_error: str | None = None
     """The last error of that failed verification."""
+    rate_limit_per_second: float | None = None
+    """Attempts start no faster than this (``herald.flow``); None: no limit."""
+    circuit_breaker: bool = False
+    """Whether its circuit breaker is on (``herald.flow``)."""
+    circuit: Circuit | None = None
+    """Its circuit as last stored (read only; None when the breaker is off)."""
 
     @property
     def deleted(self) -> bool:
         return self.deleted_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """A destination's circuit breaker as stored: ``closed``, ``open`` or ``half_open``."""
+
+    state: str
+    opened_at: float | None
+    next_probe_at: float | None
 
 
 @dataclass(slots=True)

@@ -24,12 +24,15 @@ from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.fields import (
+    FLOW_FIELDS,
     MAX_TYPE_LENGTH,
     Problems,
+    breaker_field,
     check_event_types,
     config_lengths,
     events_field,
     name_field,
+    rate_field,
     str_field,
 )
 from herald.ids import new_id
@@ -159,8 +162,10 @@ class DestinationService:
         assert type_name is not None
         # Every field's problem at once, in one error (the rest in its ``also``).
         found = Problems()
-        found.check(self._known_keys, body, type_name, ())
+        found.check(self._known_keys, body, type_name, FLOW_FIELDS)
         name = found.check(name_field, body)
+        rate = found.check(rate_field, body)
+        breaker = found.check(breaker_field, body)
         if name is None and not found.about("name"):
             found.add(ValidationError("name is required", field="name", code="field_required"))
         events = found.check(events_field, body, required=True)
@@ -195,6 +200,8 @@ class DestinationService:
             status=DestinationStatus.PENDING_VERIFICATION,
             created_at=now,
             updated_at=now,
+            rate_limit_per_second=rate,
+            circuit_breaker=bool(breaker),
         )
         await self._within_destination_limit(tenant_id)
         await self.store.create_destination(dest, verification=self._verification(dest, now))
@@ -283,8 +290,10 @@ class DestinationService:
                     code="type_immutable",
                 )
         found = Problems()
-        found.check(self._known_keys, body, current.type, ("status",))
+        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS))
         name = found.check(name_field, body)
+        rate = found.check(rate_field, body)
+        breaker = found.check(breaker_field, body)
         events = found.check(events_field, body, required=False)
         status_raw = found.check(str_field, body, "status", required=False)
         found.raise_any()
@@ -305,6 +314,10 @@ class DestinationService:
                 changes["name"] = name
             if events is not None:
                 changes["events"] = events
+            if "rate_limit_per_second" in body:  # null: no limit from now on
+                changes["rate_limit_per_second"] = rate
+            if breaker is not None:
+                changes["circuit_breaker"] = breaker
             if raw is not None and given is not None:
                 stored = self._merged(dest)
                 old = self.registry.parse_config(dest.type, stored)

@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.audit",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
-    # parsing, what recorded attempts signal, the dispatcher's slot arithmetic.
+    # parsing, what recorded attempts signal, the dispatcher's slot arithmetic, flow control.
     (
         "herald.config",
         "herald.retry",
@@ -46,6 +46,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.fields",
         "herald.signals",
         "herald.slots",
+        "herald.flow",
     ),
     # The two edges of the engine: the database and the destinations.
     ("herald.store", "herald.adapters"),

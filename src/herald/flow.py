@@ -1,0 +1,146 @@
+"""Flow control per destination: its rate limit and its circuit breaker, as pure logic.
+
+A destination's :class:`Flow` is one row of ``herald_flow``, read under its row lock
+by the claim (:func:`admit`: how many of its due deliveries this claim may take) and by
+the recorder (``herald.signals.circuits``: what the outcomes do to its circuit), so on
+PostgreSQL every instance shares one budget and one circuit. No clock here: ``now`` is
+always given.
+
+The rate is a token bucket of ``rate`` tokens a second holding at most one second's
+worth (``max(1, rate)`` tokens), kept as a GCRA: ``tat`` is the time at which the
+bucket would be full again; a delivery may start while ``tat - now`` is within the
+tolerance, and each one taken moves ``tat`` on by ``1 / rate``. A claim spends a token
+per event delivery it takes; a delivery that waits for its token is not claimed at all
+(no attempt, nothing recorded, no retry spent).
+
+The circuit (when ``breaker`` is on) is ``closed``, ``open`` (nothing is claimed before
+``next_probe_at``) or ``half_open`` (one claim took the oldest due delivery as its one
+probe; nothing else is claimed until its outcome is recorded, or until the probe's
+lease would have run out, when another probe may go).
+
+``gate_until`` is what claims read to skip the destination cheaply: no claim takes its
+event deliveries before then (the next token, the next probe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half_open"
+
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """``delivery.breaker_*``: when a circuit opens and how long it stays open."""
+
+    failures: int = 5
+    cooldown: float = 30.0
+    max_cooldown: float = 900.0
+
+
+@dataclass(slots=True)
+class Flow:
+    """One destination's flow-control settings and state, as stored."""
+
+    destination_id: str
+    rate: float | None = None
+    breaker: bool = False
+    tat: float = 0.0
+    circuit: str = CLOSED
+    opened_at: float | None = None
+    next_probe_at: float | None = None
+    cooldown: float | None = None
+    gate_until: float = 0.0
+
+
+def tolerance(rate: float) -> float:
+    """How far ahead of ``now`` the GCRA's ``tat`` may be and still let one more start:
+    a bucket of ``max(1, rate)`` tokens, less the one being taken."""
+    return (max(1.0, rate) - 1.0) / rate
+
+
+def tokens(flow: Flow, now: float) -> int:
+    """Deliveries the rate lets start at ``now`` (unlimited: a large number)."""
+    if flow.rate is None:
+        return 1 << 30
+    step = 1.0 / flow.rate
+    ahead = max(flow.tat, now) - now
+    tau = tolerance(flow.rate)
+    if ahead > tau + _EPSILON:
+        return 0
+    return int((tau - ahead) / step + _EPSILON) + 1
+
+
+def gate(flow: Flow) -> float:
+    """Before when claims skip the destination: the next probe of an open or probing
+    circuit, the next token of an empty bucket (in the past when neither waits)."""
+    until = 0.0
+    if flow.breaker and flow.circuit != CLOSED:
+        until = flow.next_probe_at or 0.0
+    if flow.rate is not None:
+        until = max(until, flow.tat - tolerance(flow.rate))
+    return until
+
+
+def admit(flow: Flow, wanted: int, now: float, *, probe_timeout: float) -> int:
+    """How many of ``wanted`` claimed event deliveries (oldest first) the claim keeps:
+    none while the circuit is open and not yet due a probe, one (the probe) when it is
+    due, and never more than the rate has tokens for. Spends the tokens, marks the
+    probe out (``half_open``, another allowed after ``probe_timeout``) and sets the
+    gate."""
+    n = wanted
+    probing = False
+    if flow.breaker and flow.circuit != CLOSED:
+        if flow.next_probe_at is not None and now < flow.next_probe_at:
+            n = 0
+        else:
+            n = min(n, 1)
+            probing = True
+    n = min(n, tokens(flow, now))
+    if n > 0 and flow.rate is not None:
+        flow.tat = max(flow.tat, now) + n / flow.rate
+    if probing and n > 0:
+        flow.circuit = HALF_OPEN
+        flow.next_probe_at = now + probe_timeout
+    flow.gate_until = gate(flow)
+    return max(n, 0)
+
+
+def opened(flow: Flow, settings: BreakerSettings, now: float) -> None:
+    """The circuit opens (from closed): the first probe after the base cooldown."""
+    flow.circuit = OPEN
+    flow.opened_at = now
+    flow.cooldown = settings.cooldown
+    flow.next_probe_at = now + settings.cooldown
+    flow.gate_until = gate(flow)
+
+
+def reopened(flow: Flow, settings: BreakerSettings, now: float) -> None:
+    """The probe failed: open again, the cooldown doubled up to its most."""
+    flow.circuit = OPEN
+    flow.cooldown = min(2 * (flow.cooldown or settings.cooldown), settings.max_cooldown)
+    flow.next_probe_at = now + flow.cooldown
+    flow.gate_until = gate(flow)
+
+
+def closed(flow: Flow) -> None:
+    """A success: the circuit closes and the backlog flows (under the rate)."""
+    flow.circuit = CLOSED
+    flow.opened_at = None
+    flow.next_probe_at = None
+    flow.cooldown = None
+    flow.gate_until = gate(flow)
+
+
+def configured(flow: Flow, rate: float | None, breaker: bool) -> None:
+    """The destination's settings changed: a breaker turned off forgets its circuit; a
+    new rate keeps the tokens spent (a change never grants a burst)."""
+    flow.rate = rate
+    if not breaker:
+        closed(flow)
+    flow.breaker = breaker
+    flow.gate_until = gate(flow)
