@@ -30,7 +30,9 @@ CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
 
-_EPSILON = 1e-9
+_EPSILON = 1e-5
+"""Seconds of slack in the bucket's arithmetic: epoch seconds as floats carry about
+2e-7 s of rounding, which must not cost a token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,7 @@ def tokens(flow: Flow, now: float) -> int:
     tau = tolerance(flow.rate)
     if ahead > tau + _EPSILON:
         return 0
-    return int((tau - ahead) / step + _EPSILON) + 1
+    return int((tau - ahead + _EPSILON) / step) + 1
 
 
 def gate(flow: Flow) -> float:
