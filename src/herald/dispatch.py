@@ -24,6 +24,7 @@ from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
+from herald.flow import Held
 from herald.handover import Handover
 from herald.logs import debug_enabled
 from herald.model import (
@@ -53,6 +54,7 @@ class Limits:
     lease_seconds: float = 300.0
     idle_poll: float = 1.0
     shutdown_grace: float = 10.0
+    breaker_failures: int = 5
 
 
 UNWRITTEN_FACTOR = 4
@@ -148,12 +150,8 @@ class Dispatcher:
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
-        self._breaker_claims: dict[str, float] = {}
-        """Deliveries to destinations with a circuit breaker, held and not begun: when
-        each was claimed (herald.flow)."""
-        self._circuits_opened: dict[str, float] = {}
-        """Destinations whose circuit this process's recorder saw open, and when: what
-        was claimed before then and has not begun does not begin."""
+        self._held = Held(limits.breaker_failures)
+        """What of the breaker destinations' claimed deliveries must not begin."""
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -172,6 +170,11 @@ class Dispatcher:
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
         self._recording.difference_update(r.attempt.delivery_id for r in batch)
+        # Settled once what the batch signals (a circuit opened) is known here too: the
+        # recorder tells that right after this (see Held).
+        loop = self._event_loop or asyncio.get_running_loop()
+        loop.call_soon(self._held.written, {r.attempt.id for r in batch})
+        self._claims.recorded(r.item.destination_id for r in batch if r.item is not None)
         # Room for records again: start what waited for it (see Slots.can_begin).
         self._slots.start_ready()
         if any(r.activates_destination for r in batch):
@@ -293,9 +296,8 @@ class Dispatcher:
         recording = self._recording
         claimed_at = time.time()
         for item in due:
-            entry = self._catalog.get(item.destination_id)
-            if entry is not None and entry.dest.circuit_breaker:
-                self._breaker_claims[item.id] = claimed_at
+            if item.kind is DeliveryKind.EVENT and self._breaker(item):
+                self._held.claimed(item.id, claimed_at)
             # Claimed again while still ours (its lease ran out while the database was
             # away): the claim only renewed the lease; one attempt is enough.
             if item.id not in recording:
@@ -303,15 +305,12 @@ class Dispatcher:
 
     def _begin(self, item: DueDelivery) -> None:
         """``item`` has its slots (herald.slots): attempt it, here or in a worker."""
-        claimed_at = self._breaker_claims.pop(item.id, None)
-        if claimed_at is not None and item.kind is DeliveryKind.EVENT:
-            opened = self._circuits_opened.get(item.destination_id)
-            if opened is not None and claimed_at <= opened:
-                # Its circuit opened since it was claimed: no attempt (the slot is freed
-                # once the caller is done with the slots), due again as it was.
-                loop = self._event_loop or asyncio.get_running_loop()
-                loop.call_soon(self._postpone, item)
-                return
+        if not self._held.may_begin(item.id, item.destination_id):
+            # Its circuit opened (or is about to) since it was claimed: no attempt (the
+            # slot is freed once the caller is done with the slots), due again as it was.
+            loop = self._event_loop or asyncio.get_running_loop()
+            loop.call_soon(self._postpone, item)
+            return
         if self._submit is not None:
             self._submit(item, self._done_cb)
             return
@@ -340,6 +339,9 @@ class Dispatcher:
                     log.error("attempt_lost", delivery_id=item.id, error=repr(outcome))
             else:
                 record, type_id = outcome
+                if item.kind is not DeliveryKind.VERIFICATION and self._breaker(item):
+                    ok = record.attempt.outcome is Outcome.SUCCESS
+                    self._held.ended(item.destination_id, record.attempt.id, ok, time.time())
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
@@ -347,15 +349,19 @@ class Dispatcher:
         finally:
             self._release(item)
 
+    def _breaker(self, item: DueDelivery) -> bool:
+        entry = self._catalog.get(item.destination_id)
+        return entry is not None and entry.dest.circuit_breaker
+
     def _recorded(self, recorded: Recorded) -> None:
         """A recording committed operational events: the circuits it opened stop what
         this process claimed of them before (herald.flow); those it closed open their
         gates."""
         for s in recorded.signals:
             if s.type == CIRCUIT_OPENED:
-                self._circuits_opened[s.destination_id] = time.time()
+                self._held.opened(s.destination_id, time.time())
             elif s.type == CIRCUIT_CLOSED:
-                self._circuits_opened.pop(s.destination_id, None)
+                self._held.closed(s.destination_id)
                 self._claims.opened(s.destination_id)
                 self._wake.set()
         self._on_recorded(recorded)

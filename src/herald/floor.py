@@ -10,7 +10,7 @@ deliveries, so one tenant's backlog (older than everyone else's) cannot starve t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from herald.model import DueDelivery
@@ -88,6 +88,15 @@ class Claims:
         """``destination_id``'s gate opened early (its circuit closed)."""
         self.gates.pop(destination_id, None)
         self.rescan()
+
+    def recorded(self, destination_ids: Iterable[str]) -> None:
+        """Attempts to these destinations were recorded: a circuit may have moved (a
+        failed probe reopens it with a sooner gate than the probe's): the next claim
+        learns their gates again."""
+        gates = self.gates
+        if gates:
+            for d in destination_ids:
+                gates.pop(d, None)
 
     def saturated_tenants(self, load: Mapping[str, int]) -> list[str]:
         """The tenants a claim skips, given each tenant's load: its deliveries outstanding

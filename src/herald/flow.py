@@ -146,3 +146,73 @@ def configured(flow: Flow, rate: float | None, breaker: bool) -> None:
         closed(flow)
     flow.breaker = breaker
     flow.gate_until = gate(flow)
+
+
+class Held:
+    """One dispatcher's own view of its breaker destinations' circuits, between the
+    claim and the recorder: which claimed deliveries must not begin.
+
+    The circuit opens in the database when the recorder writes the failure that opens
+    it, a few milliseconds after the attempt ended; attempts that begin meanwhile would
+    each be one more failure the receiver sees. So a destination whose own failures,
+    counted here, reach ``failures`` is *suspect* until that record is written: what was
+    claimed until then does not begin. Once written, either the circuit opened (what was
+    claimed before that does not begin: only a probe, claimed after, does) or it did not
+    (another instance's success intervened) and everything flows again. No clock here:
+    ``now`` is given; pure and synchronous like ``herald.slots``.
+    """
+
+    def __init__(self, failures: int) -> None:
+        self._failures = failures
+        self._claimed: dict[str, float] = {}
+        """Held deliveries of breaker destinations not yet begun: when claimed."""
+        self._count: dict[str, int] = {}
+        """Consecutive failed attempts per destination, as this process saw them end."""
+        self._suspect: dict[str, tuple[str, float]] = {}
+        """Destination → (the attempt that made it suspect, when)."""
+        self._opened: dict[str, float] = {}
+        """Destination → when this process's recorder saw its circuit open."""
+
+    def claimed(self, delivery_id: str, now: float) -> None:
+        self._claimed[delivery_id] = now
+
+    def may_begin(self, delivery_id: str, destination_id: str) -> bool:
+        """Whether a delivery of a breaker destination may begin now (forgets it)."""
+        claimed_at = self._claimed.pop(delivery_id, None)
+        if claimed_at is None:
+            return True  # not a breaker destination's event delivery
+        suspect = self._suspect.get(destination_id)
+        if suspect is not None and claimed_at <= suspect[1]:
+            return False
+        opened = self._opened.get(destination_id)
+        return opened is None or claimed_at > opened
+
+    def forget(self, delivery_id: str) -> None:
+        """Dropped without beginning (shutdown)."""
+        self._claimed.pop(delivery_id, None)
+
+    def ended(self, destination_id: str, attempt_id: str, ok: bool, now: float) -> None:
+        """An attempt of a breaker destination's event delivery (or test ping) ended."""
+        if ok:
+            self._count.pop(destination_id, None)
+            self._suspect.pop(destination_id, None)
+            return
+        n = self._count[destination_id] = self._count.get(destination_id, 0) + 1
+        if n >= self._failures and destination_id not in self._opened:
+            self._suspect[destination_id] = (attempt_id, now)
+
+    def written(self, attempt_ids: set[str]) -> list[str]:
+        """The recorder wrote these attempts (and applied what they signal): the
+        destinations whose suspicion is settled by now (their circuit opened, or not)."""
+        settled = [d for d, (a, _) in self._suspect.items() if a in attempt_ids]
+        for d in settled:
+            del self._suspect[d]
+        return settled
+
+    def opened(self, destination_id: str, now: float) -> None:
+        self._opened[destination_id] = now
+
+    def closed(self, destination_id: str) -> None:
+        self._opened.pop(destination_id, None)
+        self._count.pop(destination_id, None)
+        self._suspect.pop(destination_id, None)
