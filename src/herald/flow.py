@@ -138,9 +138,13 @@ def closed(flow: Flow) -> None:
     flow.gate_until = gate(flow)
 
 
-def configured(flow: Flow, rate: float | None, breaker: bool) -> None:
+def configured(flow: Flow, rate: float | None, breaker: bool, now: float) -> None:
     """The destination's settings changed: a breaker turned off forgets its circuit; a
-    new rate keeps the tokens spent (a change never grants a burst)."""
+    new rate keeps the tokens spent (a change never grants a burst), but the bucket
+    waits no longer than the new rate's own empty bucket would (a slow rate raised
+    does not keep its long wait)."""
+    if rate is not None and rate != flow.rate:
+        flow.tat = min(flow.tat, now + tolerance(rate) + 1.0 / rate)
     flow.rate = rate
     if not breaker:
         closed(flow)
@@ -186,10 +190,6 @@ class Held:
             return False
         opened = self._opened.get(destination_id)
         return opened is None or claimed_at > opened
-
-    def forget(self, delivery_id: str) -> None:
-        """Dropped without beginning (shutdown)."""
-        self._claimed.pop(delivery_id, None)
 
     def ended(self, destination_id: str, attempt_id: str, ok: bool, now: float) -> None:
         """An attempt of a breaker destination's event delivery (or test ping) ended."""

@@ -14,6 +14,7 @@ from herald.flow import (
     OPEN,
     BreakerSettings,
     Flow,
+    Held,
     admit,
     configured,
     gate,
@@ -192,6 +193,49 @@ def test_a_rate_with_a_probe_and_turning_the_breaker_off_forgets_the_circuit() -
     flow = Flow("d", rate=5, breaker=True)
     apply(flow, {}, [False] * 3, T0)
     assert take(flow, 50, T0 + 10) == 1
-    configured(flow, 5, False)
+    configured(flow, 5, False, T0 + 10)
     assert flow.circuit == CLOSED
     assert take(flow, 50, T0 + 10) == 4  # the probe spent one token of five
+
+
+def test_a_slow_rate_raised_does_not_keep_its_long_wait() -> None:
+    flow = Flow("d", rate=0.01)
+    assert take(flow, 5, T0) == 1  # the next in 100 s
+    configured(flow, 10, False, T0 + 1)
+    assert 1 <= take(flow, 50, T0 + 1.2) <= 10
+    configured(flow, 10, False, T0 + 2)  # the same rate: nothing changes
+    assert take(flow, 50, T0 + 2) <= 10
+
+
+# --- what a dispatcher holds back between an attempt and its record ---------------------
+def test_held_keeps_back_what_was_claimed_before_the_failures_reached_the_threshold() -> None:
+    held = Held(failures=2)
+    held.claimed("a", T0)
+    held.claimed("b", T0)
+    held.ended("d", "att1", False, T0 + 1)
+    assert held.may_begin("a", "d")  # one failure: not yet
+    held.ended("d", "att2", False, T0 + 2)
+    assert not held.may_begin("b", "d")  # suspect: its record is not written yet
+    # Written, and the circuit opened: only what is claimed after that begins (a probe).
+    held.claimed("c", T0 + 2.5)
+    held.opened("d", T0 + 3)
+    assert held.written({"att2"}) == ["d"]
+    assert not held.may_begin("c", "d")
+    held.claimed("probe", T0 + 40)
+    assert held.may_begin("probe", "d")
+    held.closed("d")
+    held.claimed("e", T0 + 41)
+    assert held.may_begin("e", "d")
+
+
+def test_held_lets_everything_go_when_the_circuit_did_not_open_after_all() -> None:
+    held = Held(failures=1)
+    held.ended("d", "att1", False, T0)
+    held.claimed("a", T0 - 1)
+    assert held.written({"att1"}) == ["d"]  # recorded, no circuit_opened came
+    assert held.may_begin("a", "d")
+    assert held.may_begin("not-a-breaker-delivery", "x")
+    held.ended("d", "att2", True, T0 + 1)  # a success resets the count
+    held.ended("d", "att3", False, T0 + 2)
+    held.claimed("b", T0 + 1.5)
+    assert not held.may_begin("b", "d")

@@ -53,7 +53,7 @@ class DestinationStore(StorePart):
             await self.dialect.execute(c, "create_destination", *row)
             if dest.rate_limit_per_second is not None or dest.circuit_breaker:
                 flow = Flow(dest.id)
-                configured(flow, dest.rate_limit_per_second, dest.circuit_breaker)
+                configured(flow, dest.rate_limit_per_second, dest.circuit_breaker, dest.created_at)
                 await self._write_flows(c, [flow])
             if verification is not None:
                 await self._insert_events(c, [verification[0]], dest.created_at)
@@ -101,7 +101,7 @@ class DestinationStore(StorePart):
             flow = Flow(dest.id)
         elif flow.rate == rate and flow.breaker == breaker:
             return
-        configured(flow, rate, breaker)
+        configured(flow, rate, breaker, dest.updated_at)
         await self._write_flows(c, [flow])
 
     async def get_destination(self, tenant_id: str | None, dest_id: str) -> Destination | None:
