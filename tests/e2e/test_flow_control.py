@@ -315,6 +315,7 @@ async def test_the_breaker_turns_an_outage_into_one_probe_per_cooldown(
         status, plain = await asyncio.to_thread(
             call, h, "GET", f"/v2/event-destinations/{off['id']}"
         )
+        assert status == 200
         assert plain["circuit"] is None
         assert all(
             e.envelope["data"]["destination_id"] == on["id"]
