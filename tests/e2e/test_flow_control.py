@@ -104,10 +104,11 @@ def deliveries_of(h: Herald, dest_id: str) -> list[tuple[str, int]]:
     ]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_a_rate_limited_destination_gets_its_backlog_no_faster_than_the_rate(
-    herald_factory: HeraldFactory, receiver: Receiver
+    herald_factory: HeraldFactory, receiver: Receiver, workers: int
 ) -> None:
-    h = herald_factory()
+    h = herald_factory({"delivery": {"worker_processes": workers}})
     dest = await create(h, receiver.url, ["flow.*"], rate_limit_per_second=RATE)
     assert dest["rate_limit_per_second"] == RATE
     assert dest["circuit_breaker"] is False
