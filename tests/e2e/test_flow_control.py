@@ -127,6 +127,13 @@ async def test_a_rate_limited_destination_gets_its_backlog_no_faster_than_the_ra
         what="every delivery recorded a success at its first attempt",
         h=h,
     )
+    # The CLI shows and changes them like the API.
+    shown = (await h.acli("destinations", "show", dest["id"])).stdout
+    assert f"rate limit   {RATE}/s" in shown
+    assert "circuit      breaker off" in shown
+    await h.acli("destinations", "update", dest["id"], "--data", '{"circuit_breaker": true}')
+    shown = (await h.acli("destinations", "show", dest["id"])).stdout
+    assert "circuit      closed" in shown
     # PATCH: null lifts the limit; read back.
     status, changed = await asyncio.to_thread(
         call, h, "PATCH", f"/v2/event-destinations/{dest['id']}", {"rate_limit_per_second": None}
