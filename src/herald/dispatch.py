@@ -29,7 +29,6 @@ from herald.handover import Handover
 from herald.logs import debug_enabled
 from herald.model import (
     CIRCUIT_CLOSED,
-    CIRCUIT_OPENED,
     AttemptRecord,
     DeliveryKind,
     DeliveryStatus,
@@ -357,14 +356,18 @@ class Dispatcher:
         """A recording committed operational events: the circuits it opened stop what
         this process claimed of them before (herald.flow); those it closed open their
         gates."""
+        for dest_id, opened_at in recorded.circuits.items():
+            # As the database has it (another instance may have opened or closed it).
+            if opened_at is None:
+                self._held.closed(dest_id)
+            else:
+                self._held.opened(dest_id, opened_at)
         for s in recorded.signals:
-            if s.type == CIRCUIT_OPENED:
-                self._held.opened(s.destination_id, time.time())
-            elif s.type == CIRCUIT_CLOSED:
-                self._held.closed(s.destination_id)
+            if s.type == CIRCUIT_CLOSED:
                 self._claims.opened(s.destination_id)
                 self._wake.set()
-        self._on_recorded(recorded)
+        if recorded.signals or recorded.exhausted:
+            self._on_recorded(recorded)
 
     def _postpone(self, item: DueDelivery) -> None:
         """``item`` took a slot but its circuit is open: free the slot, unclaim it."""

@@ -209,10 +209,12 @@ class Held:
             del self._suspect[d]
         return settled
 
-    def opened(self, destination_id: str, now: float) -> None:
-        self._opened[destination_id] = now
+    def opened(self, destination_id: str, opened_at: float) -> None:
+        """The recorder found its circuit open, since ``opened_at`` (as stored: the same
+        through every failed probe, so a probe claimed since is not held back)."""
+        self._opened[destination_id] = opened_at
 
     def closed(self, destination_id: str) -> None:
-        self._opened.pop(destination_id, None)
-        self._count.pop(destination_id, None)
-        self._suspect.pop(destination_id, None)
+        """The recorder found its circuit closed."""
+        if self._opened.pop(destination_id, None) is not None:
+            self._count.pop(destination_id, None)

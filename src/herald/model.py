@@ -319,6 +319,10 @@ class Recorded:
     """The operational events it wrote into the outbox."""
     exhausted: list[str] = field(default_factory=list)
     """The destination type of each event delivery it moved to ``failure``."""
+    circuits: dict[str, float | None] = field(default_factory=dict)
+    """The circuit of each breaker destination it recorded attempts of, as it left it
+    (``herald.flow``): when it opened, or None when closed. Another instance may have
+    opened it: the dispatcher holds back what it claimed before then."""
 
 
 @dataclass(frozen=True, slots=True)

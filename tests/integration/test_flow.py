@@ -103,6 +103,10 @@ async def test_the_circuit_opens_holds_the_backlog_and_lets_one_probe_through(
     # The others, in flight when it opened, end and are recorded: no second event.
     more = await h.store.record_attempts([failed(d, now) for d in taken[3:]])
     assert not [s for s in more.signals if s.type == CIRCUIT_OPENED]
+    # Every recording says how it left the circuit: another instance's dispatcher
+    # learns there that it opened (and since when).
+    assert more.circuits[dest_id] == recorded.circuits[dest_id]
+    assert recorded.circuits[dest_id] is not None
     assert await claim(h, now + 1) == []  # open: nothing is claimed
     (probe,) = await claim(h, now + 5.1)  # the cooldown is over: exactly one
     assert await claim(h, now + 5.2) == []  # it is out: nothing else
@@ -112,6 +116,7 @@ async def test_the_circuit_opens_holds_the_backlog_and_lets_one_probe_through(
     (event,) = [s for s in closed.signals if s.type == CIRCUIT_CLOSED]
     assert event.data["destination_id"] == dest_id
     assert event.data["consecutive_failures"] == 10
+    assert closed.circuits == {dest_id: None}
     assert len(await claim(h, now + 5.4)) == 9  # the backlog flows
 
 

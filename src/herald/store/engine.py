@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from herald.errors import Conflict, StorageError
-from herald.flow import BreakerSettings, admit
+from herald.flow import CLOSED, BreakerSettings, admit
 from herald.model import (
     AttemptRecord,
     DeliveryKind,
@@ -302,6 +302,7 @@ class EngineStore(StorePart):
         flows = await self._lock_flows(
             c, (r.item.destination_id for r in records if r.item is not None), breakers=True
         )
+        states_of: dict[str, float | None] = {}
         if flows:
             types = {i: st.type for i, st in states.items()}
             opened_closed, moved = circuits(
@@ -309,6 +310,9 @@ class EngineStore(StorePart):
             )
             signals.extend(opened_closed)
             await self._write_flows(c, (flows[i] for i in sorted(moved)))
+            states_of = {
+                i: (f.opened_at or now) if f.circuit != CLOSED else None for i, f in flows.items()
+            }
         if changed:
             await d.executemany(
                 c,
@@ -345,7 +349,7 @@ class EngineStore(StorePart):
                     signals.append(verification_failed(r, dest_type))
         if signals:
             await d.executemany(c, "insert_signal", [outbox_row(s, now) for s in signals])
-        return Recorded(signals, worn)
+        return Recorded(signals, worn, states_of)
 
     async def _activate_if_pending(
         self, c: Conn, dest_id: str, delivery_id: str, now: float
