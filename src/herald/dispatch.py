@@ -169,10 +169,11 @@ class Dispatcher:
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
         self._recording.difference_update(r.attempt.delivery_id for r in batch)
-        # Settled once what the batch signals (a circuit opened) is known here too: the
-        # recorder tells that right after this (see Held).
-        loop = self._event_loop or asyncio.get_running_loop()
-        loop.call_soon(self._held.written, {r.attempt.id for r in batch})
+        if self._held.suspecting:
+            # Settled once what the batch signals (a circuit opened) is known here too:
+            # the recorder tells that right after this (see Held).
+            loop = self._event_loop or asyncio.get_running_loop()
+            loop.call_soon(self._held.written, {r.attempt.id for r in batch})
         self._claims.recorded(r.item.destination_id for r in batch if r.item is not None)
         # Room for records again: start what waited for it (see Slots.can_begin).
         self._slots.start_ready()
@@ -353,9 +354,9 @@ class Dispatcher:
         return entry is not None and entry.dest.circuit_breaker
 
     def _recorded(self, recorded: Recorded) -> None:
-        """A recording committed operational events: the circuits it opened stop what
-        this process claimed of them before (herald.flow); those it closed open their
-        gates."""
+        """A recording committed operational events, or attempts of breaker
+        destinations: what this process claimed before their circuit opened does not
+        begin (herald.flow); a circuit that closed opens its gate."""
         for dest_id, opened_at in recorded.circuits.items():
             # As the database has it (another instance may have opened or closed it).
             if opened_at is None:

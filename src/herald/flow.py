@@ -201,6 +201,11 @@ class Held:
         if n >= self._failures and destination_id not in self._opened:
             self._suspect[destination_id] = (attempt_id, now)
 
+    @property
+    def suspecting(self) -> bool:
+        """Whether some destination waits for its record to be written."""
+        return bool(self._suspect)
+
     def written(self, attempt_ids: set[str]) -> list[str]:
         """The recorder wrote these attempts (and applied what they signal): the
         destinations whose suspicion is settled by now (their circuit opened, or not)."""

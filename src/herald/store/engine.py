@@ -187,8 +187,10 @@ class EngineStore(StorePart):
         every instance shares); the rest are due again as they were, never claimed."""
         flowing: dict[str, list[Row]] = {}
         for r in claimed:
-            if r[2] == DeliveryKind.EVENT.value:
+            if r[8] and r[2] == DeliveryKind.EVENT.value:
                 flowing.setdefault(str(r[1]), []).append(r)
+        if not flowing:
+            return claimed  # no destination under flow control: no row to lock
         flows = await self._lock_flows(c, flowing)
         if not flows:
             return claimed

@@ -110,7 +110,7 @@ SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 -- claim --
 -- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
 -- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
--- when given
+-- when given. The last column: whether the destination is under flow control
 UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
 FROM (SELECT id, next_attempt_at FROM herald_deliveries
   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
@@ -120,7 +120,8 @@ FROM (SELECT id, next_attempt_at FROM herald_deliveries
   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
 WHERE d.id = s.id
 RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
-  d.event_id, s.next_attempt_at
+  d.event_id, s.next_attempt_at,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id)
 
 -- flow_lock --
 -- The flow rows (herald.flow) of these destinations, locked last: after the deliveries

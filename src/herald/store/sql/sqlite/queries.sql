@@ -86,9 +86,11 @@ SELECT {_outbox_row} FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 
 -- claim_select --
 -- Plain ? in order: {where} adds a due_since bound, excluded destinations and excluded
--- tenants per call; then now again, for the flow gates (herald.flow)
+-- tenants per call; then now again, for the flow gates (herald.flow). The last column:
+-- whether the destination is under flow control
 SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
-  next_attempt_at
+  next_attempt_at,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_deliveries.destination_id)
 FROM herald_deliveries WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?{where}
   AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
     WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > ?))
