@@ -405,6 +405,7 @@ class Daemon:
                     destinations=await store.destination_counts(),
                     replays=await store.replay_counts(),
                     failing=await store.failing_count(),
+                    open_circuits=await store.open_circuits(),
                 )
             except StorageError as exc:
                 # Dropped, not frozen: a stale count would hide the outage it comes from.

@@ -38,6 +38,7 @@ from pydantic_settings import (
 
 from herald.crypto import parse_key
 from herald.errors import ConfigError
+from herald.flow import BreakerSettings
 
 ENV_PREFIX = "HERALD_"
 
@@ -272,6 +273,22 @@ class DeliverySettings(_Section):
     webhook_proxy: ProxyUrl | None = None
     webhook_source_addresses: IpAddresses = ()
     replay_rate_per_second: float = Field(default=500.0, ge=0)
+    breaker_failures: int = Field(default=5, ge=1, le=10_000)
+    """Consecutive failed attempts that open a destination's circuit (when its
+    ``circuit_breaker`` is on; docs/flow-control.md)."""
+    breaker_cooldown_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    """How long an opened circuit waits before its one probe."""
+    breaker_max_cooldown_seconds: float = Field(default=900.0, gt=0, le=86_400)
+    """The most the cooldown grows to, doubled after each failed probe."""
+
+    @property
+    def breaker(self) -> BreakerSettings:
+        """The ``breaker_*`` settings, as the store applies them (herald.flow)."""
+        return BreakerSettings(
+            self.breaker_failures,
+            self.breaker_cooldown_seconds,
+            max(self.breaker_max_cooldown_seconds, self.breaker_cooldown_seconds),
+        )
 
     @field_validator("worker_processes", mode="before")
     @classmethod

@@ -24,9 +24,18 @@ from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import StorageError
 from herald.floor import Claims
+from herald.flow import Held
 from herald.handover import Handover
 from herald.logs import debug_enabled
-from herald.model import AttemptRecord, DeliveryKind, DeliveryStatus, DueDelivery, Outcome, Recorded
+from herald.model import (
+    CIRCUIT_CLOSED,
+    AttemptRecord,
+    DeliveryKind,
+    DeliveryStatus,
+    DueDelivery,
+    Outcome,
+    Recorded,
+)
 from herald.recorder import Recorder
 from herald.retry import RetryPolicy, retry_storage
 from herald.slots import Slots
@@ -44,6 +53,7 @@ class Limits:
     lease_seconds: float = 300.0
     idle_poll: float = 1.0
     shutdown_grace: float = 10.0
+    breaker_failures: int = 5
 
 
 UNWRITTEN_FACTOR = 4
@@ -101,8 +111,9 @@ class Dispatcher:
             max_per_tenant=limits.max_per_tenant,
             claim_batch=limits.claim_batch,
         )
+        self._on_recorded = on_recorded
         self.recorder = Recorder(
-            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=on_recorded
+            store, on_flush=self._flushed, on_storage=on_storage, on_recorded=self._recorded
         )
         recorder = self.recorder
         self._slots = Slots(
@@ -138,6 +149,8 @@ class Dispatcher:
         self._recorder_task: asyncio.Task[None] | None = None
         self.running = False
         self._claim_error: str | None = None
+        self._held = Held(limits.breaker_failures)
+        """What of the breaker destinations' claimed deliveries must not begin."""
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -156,6 +169,12 @@ class Dispatcher:
 
     def _flushed(self, batch: list[AttemptRecord]) -> None:
         self._recording.difference_update(r.attempt.delivery_id for r in batch)
+        if self._held.suspecting:
+            # Settled once what the batch signals (a circuit opened) is known here too:
+            # the recorder tells that right after this (see Held).
+            loop = self._event_loop or asyncio.get_running_loop()
+            loop.call_soon(self._held.written, {r.attempt.id for r in batch})
+        self._claims.recorded(r.item.destination_id for r in batch if r.item is not None)
         # Room for records again: start what waited for it (see Slots.can_begin).
         self._slots.start_ready()
         if any(r.activates_destination for r in batch):
@@ -228,8 +247,11 @@ class Dispatcher:
                 await self._sleep(stop, lim.idle_poll, slot=False)
             elif next_due <= self._claims.read_at:
                 # Due when the claim read, and not taken: due work exists but only for
-                # saturated destinations (or rows a peer holds): wait for a slot.
-                await self._sleep(stop, lim.idle_poll, slot=True)
+                # saturated destinations (or rows a peer holds, or destinations waiting
+                # for their rate or their circuit's probe): wait for a slot or a gate.
+                gate = self._claims.next_gate()
+                wait = lim.idle_poll if gate is None else min(gate - time.time(), lim.idle_poll)
+                await self._sleep(stop, wait, slot=True)
             else:
                 # Not yet due when the claim read; it may be by now (a timer that fired
                 # a little early, a slow query): then claim again at once. Compared with
@@ -272,7 +294,10 @@ class Dispatcher:
             self._idle.clear()
         admit = self._slots.admit
         recording = self._recording
+        claimed_at = time.time()
         for item in due:
+            if item.kind is DeliveryKind.EVENT and self._breaker(item):
+                self._held.claimed(item.id, claimed_at)
             # Claimed again while still ours (its lease ran out while the database was
             # away): the claim only renewed the lease; one attempt is enough.
             if item.id not in recording:
@@ -280,6 +305,12 @@ class Dispatcher:
 
     def _begin(self, item: DueDelivery) -> None:
         """``item`` has its slots (herald.slots): attempt it, here or in a worker."""
+        if not self._held.may_begin(item.id, item.destination_id):
+            # Its circuit opened (or is about to) since it was claimed: no attempt (the
+            # slot is freed once the caller is done with the slots), due again as it was.
+            loop = self._event_loop or asyncio.get_running_loop()
+            loop.call_soon(self._postpone, item)
+            return
         if self._submit is not None:
             self._submit(item, self._done_cb)
             return
@@ -308,12 +339,56 @@ class Dispatcher:
                     log.error("attempt_lost", delivery_id=item.id, error=repr(outcome))
             else:
                 record, type_id = outcome
+                if item.kind is not DeliveryKind.VERIFICATION and self._breaker(item):
+                    ok = record.attempt.outcome is Outcome.SUCCESS
+                    self._held.ended(item.destination_id, record.attempt.id, ok, time.time())
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)
                 log_attempt(record, item, type_id)
         finally:
             self._release(item)
+
+    def _breaker(self, item: DueDelivery) -> bool:
+        entry = self._catalog.get(item.destination_id)
+        return entry is not None and entry.dest.circuit_breaker
+
+    def _recorded(self, recorded: Recorded) -> None:
+        """A recording committed operational events, or attempts of breaker
+        destinations: what this process claimed before their circuit opened does not
+        begin (herald.flow); a circuit that closed opens its gate."""
+        for dest_id, opened_at in recorded.circuits.items():
+            # As the database has it (another instance may have opened or closed it).
+            if opened_at is None:
+                self._held.closed(dest_id)
+            else:
+                self._held.opened(dest_id, opened_at)
+        for s in recorded.signals:
+            if s.type == CIRCUIT_CLOSED:
+                self._claims.opened(s.destination_id)
+                self._wake.set()
+        if recorded.signals or recorded.exhausted:
+            self._on_recorded(recorded)
+
+    def _postpone(self, item: DueDelivery) -> None:
+        """``item`` took a slot but its circuit is open: free the slot, unclaim it."""
+        if item.id not in self._slots:
+            return
+        self._release(item)
+        loop = self._event_loop or asyncio.get_running_loop()
+        task = loop.create_task(self._unclaim(item), name=f"herald-unclaim-{item.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _unclaim(self, item: DueDelivery) -> None:
+        # Cancelled when stopping: its lease is released with the others.
+        await retry_storage(
+            functools.partial(self._store.unclaim, [(item.id, item.due_at)], owner=self.owner),
+            on_error=lambda exc, delay: log.warning(
+                "unclaim_failed", error=exc.message, retry_in=delay
+            ),
+            until=lambda: self._given_up,
+        )
 
     def _release(self, item: DueDelivery) -> None:
         # Wake the claim loop only when this completion makes room it can use (a parked

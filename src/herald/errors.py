@@ -140,6 +140,7 @@ _RESOLUTION_BY_CODE = {
     "timestamp_invalid": "Give an RFC 3339 time (2026-11-25T10:00:00Z) or a duration ago (2h).",
     "status_invalid": "Use one of the statuses the message lists.",
     "name_invalid": "Give a name of printable characters within the length limit.",
+    "rate_limit_invalid": "Give a number of attempts a second above 0, or null for no limit.",
     "events_invalid": "Subscribe with fewer patterns, each an event type or ending in '*'.",
     "events_empty": "Subscribe to at least one event type or pattern ('*' for all).",
     "event_pattern_invalid": "Write a pattern as an event type, optionally ending in '*'.",

@@ -25,6 +25,8 @@ import orjson
 
 from herald.errors import ValidationError
 from herald.model import (
+    CIRCUIT_CLOSED,
+    CIRCUIT_OPENED,
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
     DESTINATION_RECOVERED,
@@ -206,6 +208,45 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
                 "last_error": _TEXT_OR_NULL,
                 "last_response_status": _STATUS_OR_NULL,
                 "reverify": _TEXT_OR_NULL,
+            },
+        ),
+    ),
+    CIRCUIT_OPENED: (
+        "A destination's circuit breaker opened after delivery.breaker_failures consecutive"
+        " failed attempts: no attempt until one probe after the cooldown; once per opening,"
+        " not after every failed probe.",
+        _object(
+            [
+                "destination_id",
+                "destination_type",
+                "consecutive_failures",
+                "opened_at",
+                "next_probe_at",
+            ],
+            {
+                "destination_id": _ID,
+                "destination_type": _ID,
+                "consecutive_failures": {"type": "integer"},
+                "opened_at": _TIME,
+                "next_probe_at": _TIME,
+                "cooldown_seconds": {"type": ["number", "null"]},
+                "last_delivery_id": _TEXT_OR_NULL,
+                "last_error": _TEXT_OR_NULL,
+                "last_response_status": _STATUS_OR_NULL,
+            },
+        ),
+    ),
+    CIRCUIT_CLOSED: (
+        "A destination's circuit breaker closed: a probe succeeded and its backlog flows.",
+        _object(
+            ["destination_id", "destination_type", "consecutive_failures", "closed_at"],
+            {
+                "destination_id": _ID,
+                "destination_type": _ID,
+                "consecutive_failures": {"type": "integer"},
+                "opened_at": {"type": ["string", "null"], "format": "date-time"},
+                "closed_at": _TIME,
+                "delivery_id": _TEXT_OR_NULL,
             },
         ),
     ),

@@ -59,6 +59,47 @@ def name_field(body: Mapping[str, Any]) -> str | None:
     return name
 
 
+FLOW_FIELDS = ("rate_limit_per_second", "circuit_breaker")
+"""A destination's flow-control fields (herald.flow), beside its name and events."""
+
+MAX_RATE_PER_SECOND = 1_000_000.0
+"""The largest ``rate_limit_per_second`` (beyond it, a rate limit limits nothing)."""
+
+
+def rate_field(body: Mapping[str, Any]) -> float | None:
+    """A destination's ``rate_limit_per_second``: a number > 0, or null (or absent) for
+    none."""
+    value = body.get("rate_limit_per_second")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(
+            "rate_limit_per_second must be a number or null",
+            field="rate_limit_per_second",
+            code="invalid_type",
+        )
+    if not 0 < value <= MAX_RATE_PER_SECOND or value != value:
+        raise ValidationError(
+            f"rate_limit_per_second must be above 0 and at most {MAX_RATE_PER_SECOND:g}"
+            " (null: no limit)",
+            field="rate_limit_per_second",
+            code="rate_limit_invalid",
+        )
+    return float(value)
+
+
+def breaker_field(body: Mapping[str, Any]) -> bool | None:
+    """A destination's ``circuit_breaker``: true or false; None when absent."""
+    value = body.get("circuit_breaker")
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise BadRequest(
+            "circuit_breaker must be true or false", field="circuit_breaker", code="invalid_type"
+        )
+    return value
+
+
 def events_field(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] | None:
     """A destination's ``events``: valid patterns, at most :data:`MAX_PATTERNS`, deduplicated."""
     events = body.get("events")

@@ -10,7 +10,7 @@ deliveries, so one tenant's backlog (older than everyone else's) cannot starve t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from herald.model import DueDelivery
@@ -61,11 +61,42 @@ class Claims:
         """Counts :meth:`rescan` calls: one during a claim voids what that claim learnt."""
         self.read_at = 0.0
         """The ``now`` of the last claim: what was due by then and not taken, it skipped."""
+        self.gates: dict[str, float] = {}
+        """Destinations under flow control (``herald.flow``) whose gate the last claims
+        met shut: destination id → when it opens (the next token, the next probe).
+        Claims skip them like saturated ones until then (the claim query would too,
+        but reading past their backlog)."""
 
     def saturated(self, outstanding: Mapping[str, int]) -> list[str]:
         """The destinations a claim skips, given the deliveries outstanding per destination."""
         enough = self.enough
-        return [d for d, n in outstanding.items() if n >= enough]
+        skipped = [d for d, n in outstanding.items() if n >= enough]
+        if self.gates:
+            now = time.time()
+            for d, until in list(self.gates.items()):
+                if until <= now:
+                    del self.gates[d]
+                elif outstanding.get(d, 0) < enough:
+                    skipped.append(d)
+        return skipped
+
+    def next_gate(self) -> float | None:
+        """When the first shut gate opens (None: none is shut)."""
+        return min(self.gates.values(), default=None)
+
+    def opened(self, destination_id: str) -> None:
+        """``destination_id``'s gate opened early (its circuit closed)."""
+        self.gates.pop(destination_id, None)
+        self.rescan()
+
+    def recorded(self, destination_ids: Iterable[str]) -> None:
+        """Attempts to these destinations were recorded: a circuit may have moved (a
+        failed probe reopens it with a sooner gate than the probe's): the next claim
+        learns their gates again."""
+        gates = self.gates
+        if gates:
+            for d in destination_ids:
+                gates.pop(d, None)
 
     def saturated_tenants(self, load: Mapping[str, int]) -> list[str]:
         """The tenants a claim skips, given each tenant's load: its deliveries outstanding
@@ -107,6 +138,7 @@ class Claims:
             exclude_destinations=saturated,
             exclude_tenants=tenants,
             due_since=None if floor is None else floor.due_since,
+            gates=self.gates,
         )
         if (not excluded and not skipped) or rescans != self._rescans:
             # (Asked for a rescan while the claim ran: its snapshot may predate what

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -40,6 +40,7 @@ from prometheus_client.utils import floatToGoString
 
 from herald import __version__
 from herald.model import (
+    CIRCUIT_OPENED,
     AttemptRecord,
     DeliveryKind,
     DeliveryStatus,
@@ -338,6 +339,10 @@ class Metrics:
             buckets=API_BUCKETS,
             registry=r,
         )
+        self.circuits_opened = counter(
+            "herald_circuits_opened",
+            "Circuits this instance's recorder opened (herald.destination.circuit_opened)",
+        )
         self.instances_reaped = counter(
             "herald_instances_reaped",
             "Instances presumed dead after missing heartbeats (their leases released)",
@@ -430,6 +435,21 @@ class Metrics:
             " failed attempts, no success since)",
         )
         failing.add_metric([], counts.failing)
+        circuits = GaugeMetricFamily(
+            "herald_circuits_open",
+            "Destinations whose circuit breaker is open or probing (docs/flow-control.md)",
+        )
+        circuits.add_metric([], len(counts.open_circuits))
+        families: list[Metric] = [circuits]
+        if self.per_destination:
+            per = GaugeMetricFamily(
+                "herald_circuit_open",
+                "1 for each destination whose circuit is open or probing",
+                labels=["destination_id"],
+            )
+            for dest_id in counts.open_circuits:
+                per.add_metric([dest_id], 1)
+            families.append(per)
         replays = CounterMetricFamily(
             "herald_replays",
             "Replays that re-queued deliveries, by who asked (CLI, API, console), all instances",
@@ -446,7 +466,17 @@ class Metrics:
             replayed.add_metric([source], deliveries)
         self.snapshots.set(
             "counts",
-            [outbox_pending, lag, pending, oldest_due, destinations, failing, replays, replayed],
+            [
+                outbox_pending,
+                lag,
+                pending,
+                oldest_due,
+                destinations,
+                failing,
+                *families,
+                replays,
+                replayed,
+            ],
         )
 
     def source_state(
@@ -472,6 +502,9 @@ class Metrics:
         """A recording committed: the deliveries it exhausted (by destination type)."""
         for type_ in recorded.exhausted:
             self.exhausted.labels(type_).inc()
+        for signal in recorded.signals:
+            if signal.type == CIRCUIT_OPENED:
+                self.circuits_opened.inc()
 
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)
@@ -538,6 +571,8 @@ class DatabaseCounts:
     """Source -> (replays, deliveries re-queued)."""
     failing: int = 0
     """Destinations in a failing episode (herald.destination.failing sent, no success since)."""
+    open_circuits: Sequence[str] = ()
+    """Destinations whose circuit is open or probing (herald.flow)."""
 
 
 def replay_source(by: str) -> str:

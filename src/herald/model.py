@@ -57,11 +57,15 @@ DELIVERY_EXHAUSTED = "herald.delivery.exhausted"
 DESTINATION_FAILING = "herald.destination.failing"
 DESTINATION_RECOVERED = "herald.destination.recovered"
 VERIFICATION_FAILED = "herald.destination.verification_failed"
+CIRCUIT_OPENED = "herald.destination.circuit_opened"
+CIRCUIT_CLOSED = "herald.destination.circuit_closed"
 OPERATIONAL_TYPES = (
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
     DESTINATION_RECOVERED,
     VERIFICATION_FAILED,
+    CIRCUIT_OPENED,
+    CIRCUIT_CLOSED,
 )
 
 
@@ -142,6 +146,12 @@ class Destination:
     filter: dict[str, Any] | None = None
     """Its payload filter (``payload_filter.py``'s syntax), or None: every event of its
     types."""
+    rate_limit_per_second: float | None = None
+    """Attempts start no faster than this (``herald.flow``); None: no limit."""
+    circuit_breaker: bool = False
+    """Whether its circuit breaker is on (``herald.flow``)."""
+    circuit: Circuit | None = None
+    """Its circuit as last stored (read only; None when the breaker is off)."""
 
     @property
     def deleted(self) -> bool:
@@ -204,6 +214,15 @@ class EventType:
     updated_at: float
     builtin: bool = False
     """Herald's own (``herald.…``): described for every tenant, never stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """A destination's circuit breaker as stored: ``closed``, ``open`` or ``half_open``."""
+
+    state: str
+    opened_at: float | None
+    next_probe_at: float | None
 
 
 @dataclass(slots=True)
@@ -369,6 +388,10 @@ class Recorded:
     """The operational events it wrote into the outbox."""
     exhausted: list[str] = field(default_factory=list)
     """The destination type of each event delivery it moved to ``failure``."""
+    circuits: dict[str, float | None] = field(default_factory=dict)
+    """The circuit of each breaker destination it recorded attempts of, as it left it
+    (``herald.flow``): when it opened, or None when closed. Another instance may have
+    opened it: the dispatcher holds back what it claimed before then."""
 
 
 @dataclass(frozen=True, slots=True)

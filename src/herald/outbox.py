@@ -140,9 +140,15 @@ class Relay:
                 if entry.dest.id == about:
                     continue  # an operational event never goes to the destination it is about
                 held = entry.dest.status != DestinationStatus.ACTIVE
+                # A destination under flow control (herald.flow) gets its deliveries
+                # through claims only: a claim spends its tokens and keeps its circuit.
+                gated = entry.dest.rate_limit_per_second is not None or entry.dest.circuit_breaker
                 lease = (
                     room
-                    if room is not None and not held and room.take(entry.dest.id, event.tenant_id)
+                    if room is not None
+                    and not held
+                    and not gated
+                    and room.take(entry.dest.id, event.tenant_id)
                     else None
                 )
                 plan.deliveries.append(

@@ -82,6 +82,9 @@ class Recorder:
             self._on_flush(batch)
             if recorded is not None and (recorded.signals or recorded.exhausted):
                 signalled(recorded)
+            if recorded is not None and (
+                recorded.signals or recorded.exhausted or recorded.circuits
+            ):
                 self._on_recorded(recorded)
 
     async def drained(self) -> None:

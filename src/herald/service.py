@@ -26,12 +26,15 @@ from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
 from herald.eventtypes import EventTypes
 from herald.fields import (
+    FLOW_FIELDS,
     MAX_TYPE_LENGTH,
     Problems,
+    breaker_field,
     check_event_types,
     config_lengths,
     events_field,
     name_field,
+    rate_field,
     str_field,
 )
 from herald.ids import new_id
@@ -185,8 +188,10 @@ class DestinationService:
         assert type_name is not None
         # Every field's problem at once, in one error (the rest in its ``also``).
         found = Problems()
-        found.check(self._known_keys, body, type_name, ())
+        found.check(self._known_keys, body, type_name, FLOW_FIELDS)
         name = found.check(name_field, body)
+        rate = found.check(rate_field, body)
+        breaker = found.check(breaker_field, body)
         if name is None and not found.about("name"):
             found.add(ValidationError("name is required", field="name", code="field_required"))
         events = found.check(events_field, body, required=True)
@@ -223,6 +228,8 @@ class DestinationService:
             status=DestinationStatus.PENDING_VERIFICATION,
             created_at=now,
             updated_at=now,
+            rate_limit_per_second=rate,
+            circuit_breaker=bool(breaker),
         )
         await self._within_destination_limit(tenant_id)
         await self.store.create_destination(dest, verification=self._verification(dest, now))
@@ -311,8 +318,10 @@ class DestinationService:
                     code="type_immutable",
                 )
         found = Problems()
-        found.check(self._known_keys, body, current.type, ("status",))
+        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS))
         name = found.check(name_field, body)
+        rate = found.check(rate_field, body)
+        breaker = found.check(breaker_field, body)
         events = found.check(events_field, body, required=False)
         payload_filter = found.check(filter_field, body)
         status_raw = found.check(str_field, body, "status", required=False)
@@ -336,6 +345,10 @@ class DestinationService:
                 changes["events"] = events
             if "filter" in body:
                 changes["filter"] = payload_filter
+            if "rate_limit_per_second" in body:  # null: no limit from now on
+                changes["rate_limit_per_second"] = rate
+            if breaker is not None:
+                changes["circuit_breaker"] = breaker
             if raw is not None and given is not None:
                 stored = self._merged(dest)
                 old = self.registry.parse_config(dest.type, stored)

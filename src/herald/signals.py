@@ -24,8 +24,11 @@ from typing import Any
 
 import orjson
 
+from herald.flow import CLOSED, HALF_OPEN, BreakerSettings, Flow, closed, opened, reopened
 from herald.ingest import Marks, about_column
 from herald.model import (
+    CIRCUIT_CLOSED,
+    CIRCUIT_OPENED,
     DELIVERY_EXHAUSTED,
     DESTINATION_FAILING,
     DESTINATION_RECOVERED,
@@ -111,6 +114,81 @@ def episodes(
         if state.failing_since is None and state.consecutive_failures >= failing_after:
             state.failing_since = now
             signals.append(_failing(r, state))
+    return signals, changed
+
+
+def circuits(
+    records: Sequence[AttemptRecord],
+    flows: dict[str, Flow],
+    failures: dict[str, int],
+    types: dict[str, str],
+    *,
+    settings: BreakerSettings,
+    now: float,
+) -> tuple[list[Signal], set[str]]:
+    """Apply ``records``, in order, to the circuits of ``flows`` (destination id → flow,
+    read under its row lock), given each destination's consecutive failures before
+    them (``failures``, changed in place, counted as :func:`episodes` does); returns
+    the circuit events and the ids of the flows that changed.
+
+    A closed circuit opens at ``settings.failures`` consecutive failures
+    (``herald.destination.circuit_opened``, once); a failed probe opens it again with
+    the cooldown doubled (no event); a success closes it
+    (``herald.destination.circuit_closed``). Attempts already in flight when it
+    opened end while it is open: they count, and change nothing else."""
+    signals: list[Signal] = []
+    changed: set[str] = set()
+    for r in records:
+        if r.item is None or r.item.kind not in _COUNTED:
+            continue
+        dest_id = r.item.destination_id
+        before = failures.get(dest_id, 0)
+        ok = r.attempt.outcome is Outcome.SUCCESS
+        count = failures[dest_id] = 0 if ok else before + 1
+        flow = flows.get(dest_id)
+        if flow is None or not flow.breaker:
+            continue
+        dest_type = types.get(dest_id, "")
+        if ok:
+            if flow.circuit != CLOSED:
+                opened_at = flow.opened_at
+                closed(flow)
+                changed.add(dest_id)
+                signals.append(
+                    _signal(
+                        r,
+                        CIRCUIT_CLOSED,
+                        r.attempt.id,
+                        dest_type,
+                        consecutive_failures=before,
+                        opened_at=None if opened_at is None else format_epoch(opened_at),
+                        closed_at=format_epoch(now),
+                        delivery_id=r.attempt.delivery_id,
+                    )
+                )
+            continue
+        if flow.circuit == HALF_OPEN:
+            reopened(flow, settings, now)
+            changed.add(dest_id)
+        elif flow.circuit == CLOSED and count >= settings.failures:
+            opened(flow, settings, now)
+            changed.add(dest_id)
+            assert flow.next_probe_at is not None
+            signals.append(
+                _signal(
+                    r,
+                    CIRCUIT_OPENED,
+                    r.attempt.id,
+                    dest_type,
+                    consecutive_failures=count,
+                    opened_at=format_epoch(now),
+                    next_probe_at=format_epoch(flow.next_probe_at),
+                    cooldown_seconds=flow.cooldown,
+                    last_delivery_id=r.attempt.delivery_id,
+                    last_error=r.attempt.error,
+                    last_response_status=r.attempt.response_status,
+                )
+            )
     return signals, changed
 
 

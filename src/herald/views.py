@@ -43,6 +43,9 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         "filter": dest.filter,
         "status": dest.status.value,
         "verification": verification_view(dest),
+        "rate_limit_per_second": dest.rate_limit_per_second,
+        "circuit_breaker": dest.circuit_breaker,
+        "circuit": circuit_view(dest),
         "created_at": _ts(dest.created_at),
         "updated_at": _ts(dest.updated_at),
     }
@@ -50,6 +53,20 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         view["deleted"] = True
         view["deleted_at"] = _ts(dest.deleted_at)
     return view
+
+
+def circuit_view(dest: Destination) -> dict[str, Any] | None:
+    """Where its circuit breaker stands (herald.flow); None when the breaker is off."""
+    if not dest.circuit_breaker:
+        return None
+    circuit = dest.circuit
+    if circuit is None:
+        return {"state": "closed", "opened_at": None, "next_probe_at": None}
+    return {
+        "state": circuit.state,
+        "opened_at": _ts(circuit.opened_at),
+        "next_probe_at": _ts(circuit.next_probe_at),
+    }
 
 
 def health_view(health: DestinationHealth | None) -> dict[str, Any]:

@@ -80,6 +80,7 @@ def delivery_limits(d: DeliverySettings) -> Limits:
         lease_seconds=d.lease_seconds,
         idle_poll=d.idle_poll_seconds,
         shutdown_grace=d.shutdown_grace_seconds,
+        breaker_failures=d.breaker_failures,
     )
 
 

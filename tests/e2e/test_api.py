@@ -232,6 +232,9 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
         "filter",
         "status",
         "verification",
+        "rate_limit_per_second",
+        "circuit_breaker",
+        "circuit",
         "created_at",
         "updated_at",
     }

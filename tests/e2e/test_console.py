@@ -264,6 +264,33 @@ def test_create_shows_a_validation_error_beside_its_field_and_names_render_as_te
     assert dialogs == []
 
 
+def test_the_rate_limit_and_the_breaker_are_set_in_the_forms_and_shown(
+    herald: Herald, page: Page, receiver: Receiver
+) -> None:
+    page.goto("/console/destinations")
+    page.get_by_role("link", name="New destination").click()
+    page.get_by_label("Name").fill("partner api")
+    page.get_by_label("Events").fill("order.*")
+    page.get_by_label("url (required)", exact=True).fill(receiver.url)
+    page.get_by_label("Rate limit").fill("zero")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator("#n-rate-error")).to_contain_text("rate_limit_per_second")
+    page.get_by_label("url (required)", exact=True).fill(receiver.url)
+    page.get_by_label("Rate limit").fill("12.5")
+    page.get_by_label("Circuit breaker").check()
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("status")).to_contain_text("Created")
+    expect(page.locator("#rate-limit")).to_have_text("12.5 a second")
+    expect(page.locator("#circuit")).to_have_text("closed")
+    # The edit form shows them as they are; cleared and unticked, both are off.
+    expect(page.locator("#e-rate")).to_have_value("12.5")
+    page.locator("#e-rate").fill("")
+    page.get_by_label("Circuit breaker").uncheck()
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#rate-limit")).to_have_text("none")
+    expect(page.locator("#circuit")).to_have_text("breaker off")
+
+
 def test_a_post_without_the_csrf_token_is_refused(
     herald: Herald, page: Page, receiver: Receiver
 ) -> None:

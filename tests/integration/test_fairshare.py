@@ -167,9 +167,8 @@ async def test_a_tenant_has_at_most_max_destinations_per_tenant(harness: Harness
 
 
 def test_the_dispatcher_takes_the_tenant_cap_from_the_settings(harness: Harness) -> None:
-    assert harness.limits().max_per_tenant == harness.settings.delivery.max_concurrency // 2
+    assert harness.limits().max_per_tenant == harness.settings.delivery.tenant_cap
     d = Dispatcher(harness.store, harness.catalog, harness.policy, harness.limits(), owner="x")
     assert d.handover.tenant_cap == max(
-        harness.settings.delivery.max_concurrency // 2,
-        harness.settings.delivery.claim_batch_size,
+        harness.settings.delivery.tenant_cap, harness.settings.delivery.claim_batch_size
     )

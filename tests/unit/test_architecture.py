@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.audit",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
-    # parsing, what recorded attempts signal, the dispatcher's slot arithmetic.
+    # parsing, what recorded attempts signal, the dispatcher's slot arithmetic, flow control.
     (
         "herald.config",
         "herald.retry",
@@ -48,6 +48,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.slots",
         "herald.payload_filter",
         "herald.eventschema",
+        "herald.flow",
     ),
     # The edges of the engine: the database, the destinations, producers' databases.
     ("herald.store", "herald.adapters", "herald.sourcedb"),

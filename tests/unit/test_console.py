@@ -85,10 +85,14 @@ def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
             "url": "https://example.com/hook",
             "custom_headers": '{"X-Api-Key":"k1","X-Tenant":"acme"}',
         },
+        "rate_limit_per_second": None,
+        "circuit_breaker": False,
     }
     assert forms.edit_body({"name": "n", "events": "a.b"}, "webhook", fields, {}) == {
         "name": "n",
         "events": ["a.b"],
+        "rate_limit_per_second": None,
+        "circuit_breaker": False,
     }
     # The config as edited: a masked credential goes back as shown (the service keeps
     # it), an emptied field is removed, a key/value field without a row too.
@@ -236,10 +240,18 @@ def test_a_retry_is_pending_until_its_attempt_lands() -> None:
     assert retry_state("dlv_1.1", _delivery([1], DeliveryStatus.FAILURE)) is None
 
 
+def test_the_forms_flow_fields_are_a_number_and_a_checkbox() -> None:
+    flow = forms.flow_body({"rate_limit_per_second": " 2.5 ", "circuit_breaker": "on"})
+    assert flow == {"rate_limit_per_second": 2.5, "circuit_breaker": True}
+    # Not a number: sent as typed, for the service's 422 beside the input.
+    assert forms.flow_body({"rate_limit_per_second": "fast"})["rate_limit_per_second"] == "fast"
+
+
 @pytest.mark.parametrize(
     ("error_field", "input_name"),
     [
         ("name", "name"),
+        ("rate_limit_per_second", "rate_limit_per_second"),
         ("events", "events"),
         ("events[2]", "events"),
         ("type", "type"),

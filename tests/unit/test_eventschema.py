@@ -100,6 +100,7 @@ def test_herald_types_are_described_with_valid_schemas() -> None:
 
 def test_herald_types_schemas_accept_what_herald_writes() -> None:
     """Each operational event as :mod:`herald.signals` makes it matches its entry."""
+    from herald.flow import BreakerSettings, Flow
     from herald.model import (
         Attempt,
         AttemptRecord,
@@ -109,7 +110,13 @@ def test_herald_types_schemas_accept_what_herald_writes() -> None:
         Event,
         Outcome,
     )
-    from herald.signals import DestinationState, episodes, exhausted, verification_failed
+    from herald.signals import (
+        DestinationState,
+        circuits,
+        episodes,
+        exhausted,
+        verification_failed,
+    )
 
     def record(ok: bool, kind: DeliveryKind = DeliveryKind.EVENT) -> AttemptRecord:
         event = Event("evt_1", "acme", "a.b", "2026-11-22T10:00:00Z", 1.8e9, b"{}")
@@ -128,6 +135,13 @@ def test_herald_types_schemas_accept_what_herald_writes() -> None:
     assert ran_out is not None
     made.append(ran_out)
     made.append(verification_failed(record(False, DeliveryKind.VERIFICATION), "webhook"))
+    # A circuit that opens after its failures, then closes on a probe's success.
+    flow = Flow("evtd_a", breaker=True)
+    settings = BreakerSettings(failures=1)
+    kinds = {"evtd_a": "webhook"}
+    opened, _ = circuits([record(False)], {"evtd_a": flow}, {}, kinds, settings=settings, now=1.8e9)
+    shut, _ = circuits([record(True)], {"evtd_a": flow}, {}, kinds, settings=settings, now=1.9e9)
+    made += [*opened, *shut]
     assert {s.type for s in made} == set(OPERATIONAL_TYPES)
     for signal in made:
         schema = OPERATIONAL_CATALOG[signal.type][1]

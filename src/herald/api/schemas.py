@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import create_model as _create_model
 
 from herald.adapters.registry import Registry
-from herald.fields import MAX_EVENT_TYPES, MAX_NAME_LENGTH, MAX_PATTERNS, MAX_TYPE_LENGTH
+from herald.fields import (
+    MAX_EVENT_TYPES,
+    MAX_NAME_LENGTH,
+    MAX_PATTERNS,
+    MAX_RATE_PER_SECOND,
+    MAX_TYPE_LENGTH,
+)
 
 # create_model's overloads do not type-check with computed field maps.
 create_model = cast(Any, _create_model)
@@ -130,6 +136,31 @@ class Verification(_Strict):
         " its newest verification ping, why it is still pending (null before its first"
         " attempt); absent elsewhere",
     )
+
+
+class CircuitState(_Strict):
+    """A destination's circuit breaker (``herald.views.circuit_view``,
+    docs/flow-control.md)."""
+
+    state: Literal["closed", "open", "half_open"] = Field(
+        description="open: no attempts until next_probe_at; half_open: its one probe is out"
+    )
+    opened_at: str | None = Field(description="when it opened; null when closed")
+    next_probe_at: str | None = Field(
+        description="when the next probe may go (half_open: when the probe out is given up)"
+    )
+
+
+_RATE_FIELD = Field(
+    default=None,
+    description="attempts to this destination start no faster than this many a second"
+    " (a token bucket holding one second's worth); null: no limit",
+    json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_RATE_PER_SECOND},
+)
+_BREAKER_FIELD = Field(
+    description="open the circuit after delivery.breaker_failures consecutive failed"
+    " attempts: no attempts until one probe after the cooldown (docs/flow-control.md)",
+)
 
 
 class DestinationHealth(_Strict):
@@ -373,6 +404,8 @@ def destination_models(registry: Registry) -> DestinationModels:
             ),
         ),
         filter=_FILTER_FIELD,
+        rate_limit_per_second=(float | None, _RATE_FIELD),
+        circuit_breaker=(bool, Field(default=False, description=_BREAKER_FIELD.description)),
         **create_fields,
     )
     update = create_model(
@@ -389,6 +422,8 @@ def destination_models(registry: Registry) -> DestinationModels:
             Annotated[str, Field(json_schema_extra={"enum": ["active", "inactive"]})] | None,
             None,
         ),
+        rate_limit_per_second=(float | None, _RATE_FIELD),
+        circuit_breaker=(bool | None, Field(default=None, description=_BREAKER_FIELD.description)),
         **update_fields,
     )
     destination = create_model(
@@ -403,6 +438,12 @@ def destination_models(registry: Registry) -> DestinationModels:
         status=(Literal["pending_verification", "active", "inactive"], ...),
         verification=(Verification, ...),
         health=(DestinationHealth | None, None),
+        rate_limit_per_second=(float | None, _RATE_FIELD),
+        circuit_breaker=(bool, ...),
+        circuit=(
+            CircuitState | None,
+            Field(description="its circuit breaker's state; null when the breaker is off"),
+        ),
         created_at=(str, ...),
         updated_at=(str, ...),
         deleted=(bool | None, None),

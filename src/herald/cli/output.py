@@ -144,3 +144,19 @@ def print_destination(v: dict[str, Any]) -> None:
     for field, value in (v.get(v["type"]) or {}).items():
         shown = value if isinstance(value, str) else orjson.dumps(value).decode()
         print(f"{v['type'] + '.' + field:12} {visible(shown)}")
+    print_flow(v)
+
+
+def print_flow(v: dict[str, Any]) -> None:
+    """Under one destination: its rate limit and its circuit (docs/flow-control.md)."""
+    rate = v.get("rate_limit_per_second")
+    print(f"{'rate limit':12} {'-' if rate is None else f'{rate:g}/s'}")
+    circuit = v.get("circuit")
+    if circuit is None:
+        print(f"{'circuit':12} breaker off")
+        return
+    said = circuit["state"]
+    if circuit["state"] != "closed":
+        opened, probe = short_ts(circuit["opened_at"]), short_ts(circuit["next_probe_at"])
+        said += f" since {opened}, next probe {probe}"
+    print(f"{'circuit':12} {said}")

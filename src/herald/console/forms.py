@@ -114,7 +114,22 @@ def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, A
         "type": type_name,
         "events": split_events(form.get("events", "")),
         type_name: config,
+        **flow_body(form),
     }
+
+
+def flow_body(form: Mapping[str, str]) -> dict[str, Any]:
+    """The flow-control fields (docs/flow-control.md) of a create or edit form: the rate
+    typed (empty: no limit; not a number: as typed, for the service to refuse), and
+    the breaker's checkbox (absent when unticked)."""
+    typed = form.get("rate_limit_per_second", "").strip()
+    rate: Any = None
+    if typed:
+        try:
+            rate = float(typed)
+        except ValueError:
+            rate = typed
+    return {"rate_limit_per_second": rate, "circuit_breaker": form.get("circuit_breaker") == "on"}
 
 
 def edit_body(
@@ -131,6 +146,7 @@ def edit_body(
     body: dict[str, Any] = {
         "name": form.get("name", ""),
         "events": split_events(form.get("events", "")),
+        **flow_body(form),
     }
     repointed = any(
         f.target and form.get(f.input_name, "") != str(stored.get(f.name) or "")
@@ -254,7 +270,7 @@ def form_field_of(error_field: str | None, type_name: str) -> str | None:
         return None
     if error_field.startswith("events"):
         return "events"
-    if error_field in ("name", "type"):
+    if error_field in ("name", "type", "rate_limit_per_second", "circuit_breaker"):
         return error_field
     head, dot, rest = error_field.partition(".")
     if dot and head == type_name:

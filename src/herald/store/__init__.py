@@ -26,6 +26,7 @@ def make_store(settings: Settings, box: SecretBox) -> Store:
             box=box,
             busy_timeout=settings.database.busy_timeout_seconds,
             failing_after=settings.signals.failing_after_attempts,
+            breaker=settings.delivery.breaker,
         )
     from herald.store.postgres import PostgresStore
 
@@ -34,6 +35,7 @@ def make_store(settings: Settings, box: SecretBox) -> Store:
         box=box,
         pool_size=settings.database.pool_size,
         failing_after=settings.signals.failing_after_attempts,
+        breaker=settings.delivery.breaker,
     )
 
 

@@ -5,7 +5,9 @@ the re-encryption of their credentials under a new key."""
 from __future__ import annotations
 
 from herald.crypto import SecretBox
+from herald.flow import Flow, configured
 from herald.model import Destination, DestinationStatus, Event, NewDelivery
+from herald.store.dialect import Conn
 from herald.store.part import StorePart
 from herald.store.rows import destination_from_row, destination_to_row, reencrypt_rows
 
@@ -24,6 +26,10 @@ class DestinationStore(StorePart):
     async def failing_count(self) -> int:
         """Live destinations in a failing episode (``herald.destination.failing``)."""
         return int((await self.dialect.read("failing_count", gauges=True))[0][0])
+
+    async def open_circuits(self) -> list[str]:
+        """Live destinations whose circuit is open or probing (herald.flow)."""
+        return [str(r[0]) for r in await self.dialect.read("open_circuits", gauges=True)]
 
     async def destination_counts(self) -> list[tuple[str, str, int]]:
         """(type, status, count) of live destinations."""
@@ -47,6 +53,10 @@ class DestinationStore(StorePart):
             await self.dialect.execute(c, "create_destination", *row[:11])
             if row[11] is not None:
                 await self.dialect.execute(c, "set_destination_filter", row[11], dest.id)
+            if dest.rate_limit_per_second is not None or dest.circuit_breaker:
+                flow = Flow(dest.id)
+                configured(flow, dest.rate_limit_per_second, dest.circuit_breaker, dest.created_at)
+                await self._write_flows(c, [flow])
             if verification is not None:
                 await self._insert_events(c, [verification[0]], dest.created_at)
                 await self._insert_deliveries(c, [verification[1]], dest.created_at)
@@ -73,6 +83,7 @@ class DestinationStore(StorePart):
             if not written:
                 return False
             await self._set_held(c, dest.id, held=dest.status != DestinationStatus.ACTIVE)
+            await self._configure_flow(c, dest)
             if verification is not None:
                 await d.execute(c, "fail_verifications", dest.updated_at, dest.id)
                 await d.execute(c, "clear_verification_failure", dest.id)
@@ -80,6 +91,20 @@ class DestinationStore(StorePart):
                 await self._insert_deliveries(c, [verification[1]], dest.updated_at)
             await d.execute(c, "bump_version")
             return True
+
+    async def _configure_flow(self, c: Conn, dest: Destination) -> None:
+        """Keep ``dest``'s flow row (herald.flow) to its settings, last: the lock order
+        is destination, deliveries, flow."""
+        flow = (await self._lock_flows(c, [dest.id])).get(dest.id)
+        rate, breaker = dest.rate_limit_per_second, dest.circuit_breaker
+        if flow is None:
+            if rate is None and not breaker:
+                return
+            flow = Flow(dest.id)
+        elif flow.rate == rate and flow.breaker == breaker:
+            return
+        configured(flow, rate, breaker, dest.updated_at)
+        await self._write_flows(c, [flow])
 
     async def get_destination(self, tenant_id: str | None, dest_id: str) -> Destination | None:
         """A destination by id (deleted ones too), scoped to a tenant unless None."""

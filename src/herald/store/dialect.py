@@ -95,7 +95,8 @@ class Dialect(Protocol):
     # --- operations whose algorithm differs ------------------------------------------
     async def claim(self, conn: Conn, want: Claim) -> list[Row]:
         """Lease due deliveries: rows (id, destination_id, kind, attempt_count,
-        max_attempts, tenant_id, event_id, when it was due)."""
+        max_attempts, tenant_id, event_id, when it was due, whether its destination is
+        under flow control)."""
 
     async def lock_for_attempts(
         self, conn: Conn, every: Sequence[str], must: Sequence[str]

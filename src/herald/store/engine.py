@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from herald.errors import Conflict, StorageError
+from herald.flow import CLOSED, BreakerSettings, admit
 from herald.model import (
     AttemptRecord,
     DeliveryKind,
@@ -19,6 +20,7 @@ from herald.model import (
 )
 from herald.signals import (
     DestinationState,
+    circuits,
     destinations_of,
     ended_in_failure,
     episodes,
@@ -28,7 +30,7 @@ from herald.signals import (
 )
 from herald.store.base import STALE_CATALOG, RelayProcessor
 from herald.store.counters import count_attempts
-from herald.store.dialect import Claim, Conn
+from herald.store.dialect import Claim, Conn, Row
 from herald.store.part import StorePart
 from herald.store.rows import attempt_to_row, event_from_row, instance_from_row, instance_to_row
 
@@ -38,6 +40,8 @@ class EngineStore(StorePart):
 
     failing_after: int
     """The consecutive failed attempts that make a destination failing."""
+    breaker: BreakerSettings = BreakerSettings()
+    """When circuits open and for how long (``delivery.breaker_*``, herald.flow)."""
     # After a relay pass that found the outbox empty, the next one first looks with
     # a plain read where the dialect wants it (SQLite: no lock in WAL mode) and
     # writes only when there are rows: an idle relay polls often, and must not
@@ -130,17 +134,26 @@ class EngineStore(StorePart):
         exclude_destinations: Sequence[str] = (),
         due_since: float | None = None,
         exclude_tenants: Sequence[str] = (),
+        gates: dict[str, float] | None = None,
     ) -> list[DueDelivery]:
         """Lease up to ``limit`` due deliveries of unheld destinations, oldest first,
         none of ``exclude_destinations`` or of ``exclude_tenants``; with ``due_since``,
         only those due since then (the caller knows that the older ones are all of the
-        excluded)."""
+        excluded).
+
+        Event deliveries of a destination under flow control (herald.flow) are taken
+        only as far as its rate has tokens and its circuit allows (one probe when it
+        is due); none while its gate is shut. ``gates``, when given, receives the gate
+        of each such destination this claim met (destination id → the time before
+        which claims skip it)."""
         d = self.dialect
         async with d.tx() as c:
             want = Claim(
                 now, limit, owner, lease_until, exclude_destinations, due_since, exclude_tenants
             )
             claimed = await d.claim(c, want)
+            if claimed:
+                claimed = await self._flow(c, claimed, want, gates)
             if not claimed:
                 return []
             # Every tenant's event of each id comes back: a delivery takes its tenant's.
@@ -156,12 +169,51 @@ class EngineStore(StorePart):
             for r in claimed
         ]
 
+    async def _flow(
+        self, c: Conn, claimed: list[Row], want: Claim, gates: dict[str, float] | None
+    ) -> list[Row]:
+        """Inside the claim's transaction: keep of ``claimed`` what the flow of each
+        destination lets start (``herald.flow.admit``, under its row lock: the budget
+        every instance shares); the rest are due again as they were, never claimed."""
+        flowing: dict[str, list[Row]] = {}
+        for r in claimed:
+            if r[8] and r[2] == DeliveryKind.EVENT.value:
+                flowing.setdefault(str(r[1]), []).append(r)
+        if not flowing:
+            return claimed  # no destination under flow control: no row to lock
+        flows = await self._lock_flows(c, flowing)
+        if not flows:
+            return claimed
+        dropped: set[str] = set()
+        back: list[tuple[object, ...]] = []
+        for dest_id, flow in flows.items():
+            rows = sorted(flowing[dest_id], key=lambda r: float(r[7]))  # the oldest first
+            kept = admit(flow, len(rows), want.now, probe_timeout=want.lease_until - want.now)
+            for r in rows[kept:]:
+                dropped.add(str(r[0]))
+                back.append((r[7], r[0], want.owner))
+            if gates is not None:
+                gates[dest_id] = flow.gate_until
+        if back:
+            await self.dialect.executemany(c, "unclaim", back)
+        await self._write_flows(c, flows.values())
+        return [r for r in claimed if r[0] not in dropped]
+
     async def renew_leases(self, ids: Sequence[str], *, owner: str, until: float) -> int:
         """Extend the leases ``owner`` holds on ``ids`` (attempts still running)."""
         if not ids:
             return 0
         async with self.dialect.tx(atomic=False) as c:
             return await self.dialect.execute(c, "renew_leases", until, owner, list(ids))
+
+    async def unclaim(self, deliveries: Sequence[tuple[str, float]], *, owner: str) -> int:
+        """Give back claimed deliveries not attempted (``(id, due_at)``): due again as
+        they were, for any instance (an opened circuit stops them, herald.flow)."""
+        if not deliveries:
+            return 0
+        async with self.dialect.tx() as c:
+            await self.dialect.executemany(c, "unclaim", [(due, i, owner) for i, due in deliveries])
+        return len(deliveries)
 
     async def release_leases(self, *, owner: str | None, now: float) -> int:
         """Make leased deliveries due now (``owner`` None: every owner's)."""
@@ -236,7 +288,23 @@ class EngineStore(StorePart):
     ) -> Recorded:
         """Inside :meth:`record_attempts`' transaction: the signal state and events."""
         d = self.dialect
+        failures = {i: st.consecutive_failures for i, st in states.items()}
         signals, changed = episodes(records, states, failing_after=self.failing_after, now=now)
+        # The circuits (herald.flow) last: their rows are locked after the deliveries.
+        flows = await self._lock_flows(
+            c, (r.item.destination_id for r in records if r.item is not None), breakers=True
+        )
+        states_of: dict[str, float | None] = {}
+        if flows:
+            types = {i: st.type for i, st in states.items()}
+            opened_closed, moved = circuits(
+                records, flows, failures, types, settings=self.breaker, now=now
+            )
+            signals.extend(opened_closed)
+            await self._write_flows(c, (flows[i] for i in sorted(moved)))
+            states_of = {
+                i: (f.opened_at or now) if f.circuit != CLOSED else None for i, f in flows.items()
+            }
         if changed:
             await d.executemany(
                 c,
@@ -275,7 +343,7 @@ class EngineStore(StorePart):
             await d.executemany(
                 c, "insert_signal", [outbox_row(s, now, self._box) for s in signals]
             )
-        return Recorded(signals, worn)
+        return Recorded(signals, worn, states_of)
 
     async def _activate_if_pending(
         self, c: Conn, dest_id: str, delivery_id: str, now: float

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from herald.crypto import SecretBox
+from herald.flow import Flow
 from herald.model import Event, NewDelivery, RelayPlan
 from herald.store.dialect import Conn, Dialect, Row
-from herald.store.rows import new_delivery_rows
+from herald.store.rows import flow_from_row, flow_to_row, new_delivery_rows
 
 
 class StorePart:
@@ -86,3 +87,24 @@ class StorePart:
 
     async def _set_held(self, c: Conn, dest_id: str, *, held: bool) -> None:
         await self.dialect.execute(c, "set_held", int(held), dest_id, int(not held))
+
+    async def _lock_flows(
+        self, c: Conn, ids: Iterable[str], *, breakers: bool = False
+    ) -> dict[str, Flow]:
+        """The ``herald_flow`` rows of ``ids`` (with ``breakers``, only those whose
+        breaker is on), locked in id order (after every delivery row the transaction
+        holds)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        d = self.dialect
+        if breakers:
+            rows = await d.fetch(c, "breaker_lock", wanted)
+        else:
+            rows = await d.fetch(c, "flow_lock", wanted)
+        return {f.destination_id: f for f in map(flow_from_row, rows)}
+
+    async def _write_flows(self, c: Conn, flows: Iterable[Flow]) -> None:
+        rows = [flow_to_row(f) for f in flows]
+        if rows:
+            await self.dialect.executemany(c, "set_flow", rows)

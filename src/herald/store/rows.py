@@ -12,8 +12,10 @@ import orjson
 
 from herald.crypto import SecretBox
 from herald.errors import CryptoError
+from herald.flow import Flow
 from herald.model import (
     Attempt,
+    Circuit,
     Delivery,
     DeliveryKind,
     DeliveryStatus,
@@ -122,6 +124,9 @@ def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:
         verification_failed_at=row[13],
         verification_error=row[14],
         filter=orjson.loads(row[15]) if row[15] is not None else None,
+        rate_limit_per_second=row[16],
+        circuit_breaker=bool(row[17]),
+        circuit=Circuit(row[18], row[19], row[20]) if row[17] else None,
     )
 
 
@@ -268,3 +273,33 @@ def replay_outcomes(rows: Sequence[Sequence[Any]]) -> dict[str, ReplayOutcome]:
         )
         for rid, c in counts.items()
     }
+
+
+def flow_from_row(row: Sequence[Any]) -> Flow:
+    """A ``herald_flow`` row (``flow_lock``'s columns) as a :class:`herald.flow.Flow`."""
+    return Flow(
+        destination_id=row[0],
+        rate=row[1],
+        breaker=bool(row[2]),
+        tat=float(row[3]),
+        circuit=row[4],
+        opened_at=row[5],
+        next_probe_at=row[6],
+        cooldown=row[7],
+        gate_until=float(row[8]),
+    )
+
+
+def flow_to_row(flow: Flow) -> tuple[Any, ...]:
+    """``set_flow``'s arguments."""
+    return (
+        flow.destination_id,
+        flow.rate,
+        int(flow.breaker),
+        flow.tat,
+        flow.circuit,
+        flow.opened_at,
+        flow.next_probe_at,
+        flow.cooldown,
+        flow.gate_until,
+    )

@@ -369,7 +369,7 @@ class SQLiteDialect(NamedQueries):
         # Selected, then leased: RETURNING would give the new next_attempt_at, and the
         # caller wants when each was due. The write lock keeps the two together.
         sql = self._q["claim_select"].replace("{where}", where)
-        claimed = await self._rows(conn, sql, (*params, want.limit))
+        claimed = await self._rows(conn, sql, (*params, want.now, want.limit))
         if claimed:
             ids = [r[0] for r in claimed]
             await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Generic, Required, TypedDict, TypeVar
 
 from herald.crypto import SecretBox
+from herald.flow import BreakerSettings
 from herald.signals import DEFAULT_FAILING_AFTER
 from herald.store.access import AccessStore
 from herald.store.counters import CounterStore
@@ -41,6 +42,7 @@ class StoreOptions(TypedDict, total=False):
 
     box: Required[SecretBox]
     failing_after: int
+    breaker: BreakerSettings
 
 
 class SQLStore(
@@ -58,17 +60,24 @@ class SQLStore(
 
     ``shared``: whether several instances may use this database at once (PostgreSQL).
     ``failing_after``: the consecutive failed attempts that make a destination
-    failing (``signals.failing_after_attempts``, see :mod:`herald.signals`)."""
+    failing (``signals.failing_after_attempts``, see :mod:`herald.signals`).
+    ``breaker``: when circuits open and for how long (``delivery.breaker_*``)."""
 
     dialect: D
 
     def __init__(
-        self, dialect: D, *, box: SecretBox, failing_after: int = DEFAULT_FAILING_AFTER
+        self,
+        dialect: D,
+        *,
+        box: SecretBox,
+        failing_after: int = DEFAULT_FAILING_AFTER,
+        breaker: BreakerSettings | None = None,
     ) -> None:
         self.dialect = dialect
         self.shared = dialect.shared
         self._box = box
         self.failing_after = failing_after
+        self.breaker = breaker or BreakerSettings()
 
     @property
     def marks(self) -> SecretBox:

@@ -110,15 +110,51 @@ SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 -- claim --
 -- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
 -- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
--- when given
+-- when given. The last column: whether the destination is under flow control
 UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
 FROM (SELECT id, next_attempt_at FROM herald_deliveries
   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
   AND NOT (destination_id = ANY($4::text[])) AND NOT (tenant_id = ANY($6::text[]))
+  AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
+    WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > $3))
   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
 WHERE d.id = s.id
 RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
-  d.event_id, s.next_attempt_at
+  d.event_id, s.next_attempt_at,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id)
+
+-- flow_lock --
+-- The flow rows (herald.flow) of these destinations, locked last: after the deliveries
+-- a claim or a recording holds (lock order: destination, deliveries, flow)
+SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
+  gate_until
+FROM herald_flow WHERE destination_id = ANY($1::text[]) ORDER BY destination_id FOR UPDATE
+
+-- breaker_lock --
+-- The same, of the destinations whose breaker is on
+SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
+  gate_until
+FROM herald_flow WHERE destination_id = ANY($1::text[]) AND breaker = 1
+ORDER BY destination_id FOR UPDATE
+
+-- set_flow --
+INSERT INTO herald_flow (destination_id, rate, breaker, tat, circuit, opened_at,
+  next_probe_at, cooldown, gate_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (destination_id) DO UPDATE SET rate = excluded.rate, breaker = excluded.breaker,
+  tat = excluded.tat, circuit = excluded.circuit, opened_at = excluded.opened_at,
+  next_probe_at = excluded.next_probe_at, cooldown = excluded.cooldown,
+  gate_until = excluded.gate_until
+
+-- unclaim --
+-- A claimed delivery the flow keeps waiting: due again when it was, as if never claimed
+UPDATE herald_deliveries SET lease_owner = NULL, next_attempt_at = $1
+WHERE id = $2 AND lease_owner = $3 AND status = 'pending'
+
+-- open_circuits --
+SELECT f.destination_id FROM herald_flow f
+JOIN herald_destinations d ON d.id = f.destination_id AND d.deleted_at IS NULL
+WHERE f.breaker = 1 AND f.circuit <> 'closed'
 
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's. One probe
@@ -253,8 +289,8 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter
-FROM herald_destinations WHERE deleted_at IS NULL
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE deleted_at IS NULL
 
 -- create_destination --
 INSERT INTO herald_destinations (id, tenant_id, name, type, config, secrets, events, status,
@@ -281,14 +317,14 @@ WHERE destination_id = $2 AND kind = 'verification' AND status = 'pending'
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter
-FROM herald_destinations WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter
-FROM herald_destinations WHERE ($1::text IS NULL OR tenant_id = $1) AND deleted_at IS NULL
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE ($1::text IS NULL OR tenant_id = $1) AND deleted_at IS NULL
   AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
   AND ($4::text IS NULL OR id < $4)
 ORDER BY id DESC LIMIT $5
