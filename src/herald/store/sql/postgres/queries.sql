@@ -165,8 +165,15 @@ CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data, tr
   FROM herald_events WHERE id = k.id OFFSET 0) e
 
 -- renew_leases --
-UPDATE herald_deliveries SET next_attempt_at = $1
-WHERE id = ANY($3) AND lease_owner = $2 AND status = 'pending'
+-- A row another transaction holds is skipped, not waited for: the recorder finishing it
+-- (its lease ends there) or a peer that took it over. Waiting held every other lease up
+-- behind that transaction, and deadlocked with the recorder, which locks its batch in
+-- the order the attempts ended. A row skipped is renewed next time, a third of a lease on
+UPDATE herald_deliveries d SET next_attempt_at = $1
+FROM (SELECT id FROM herald_deliveries
+  WHERE id = ANY($3) AND lease_owner = $2 AND status = 'pending'
+  FOR NO KEY UPDATE SKIP LOCKED) s
+WHERE d.id = s.id
 
 -- insert_attempts --
 INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, outcome,
