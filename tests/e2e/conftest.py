@@ -52,8 +52,7 @@ def herald_factory(tmp_path: Path, database_url: str | None) -> Iterator[HeraldF
 
     yield make
     for h in started:
-        if h.proc is not None and h.proc.poll() is None:
-            h.kill()
+        h.discard()
 
 
 @pytest.fixture

@@ -52,8 +52,7 @@ def daemon(tmp_path: Path) -> Iterator[Callable[..., Herald]]:
 
     yield make
     for h in made:
-        if h.proc is not None and h.proc.poll() is None:
-            h.kill()
+        h.discard()
 
 
 async def started(h: Herald, receiver: Receiver) -> Herald:

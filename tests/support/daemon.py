@@ -156,6 +156,13 @@ class Herald:
         self.proc.wait(timeout=10)
         self._close_log()
 
+    def discard(self) -> None:
+        """At a test's end: kill it if it still runs, and close its log either way (a
+        daemon that exited on its own still holds the file open here)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+        self._close_log()
+
     def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
