@@ -4,7 +4,10 @@ It runs in its own process with one ``ClientSession`` whose connector allows
 ``concurrency`` connections, ``concurrency`` workers, the Standard Webhooks
 headers Herald sends, and nothing persisted. The clock runs from the first
 request to the last response (body building and signing included, process
-start-up excluded). ``python -m bench.ceiling …`` prints one JSON line.
+start-up excluded); over the same span the process reads its own CPU time
+from ``/proc/self/stat`` (``bench/cpu.py``), so the loop's CPU per request
+excludes start-up as Herald's excludes its own. ``python -m bench.ceiling …``
+prints one JSON line.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
+from dataclasses import dataclass
 
+from bench import cpu
 from bench.common import (
     EVENT_TYPE,
     REPO_ROOT,
@@ -30,8 +36,19 @@ from bench.common import (
 CHILD_TIMEOUT_MARGIN = 30.0
 
 
-def measure(url: str, secret: str, *, events: int, concurrency: int, timeout: float) -> Row:
-    """Run the loop in a subprocess and return its measured row."""
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    row: Row
+    cpu_seconds: float
+    """utime + stime of the loop's process from its first request to its last response."""
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return cpu.per_item_us(self.cpu_seconds, self.row.events)
+
+
+def measure(url: str, secret: str, *, events: int, concurrency: int, timeout: float) -> Ceiling:
+    """Run the loop in a subprocess and return what it measured."""
     argv = [
         sys.executable,
         "-m",
@@ -51,12 +68,13 @@ def measure(url: str, secret: str, *, events: int, concurrency: int, timeout: fl
     result = json.loads(out.strip().splitlines()[-1])
     if result["errors"]:
         raise BenchError(f"ceiling loop: {result['errors']} requests failed: {result['first']}")
-    return Row("ceiling (uvloop+aiohttp)", int(result["requests"]), float(result["seconds"]))
+    row = Row("ceiling (uvloop+aiohttp)", int(result["requests"]), float(result["seconds"]))
+    return Ceiling(row, float(result["cpu_seconds"]))
 
 
 async def _post_all(
     url: str, secret: str, events: int, concurrency: int
-) -> tuple[int, float, int, str]:
+) -> tuple[int, float, float, int, str]:
     import aiohttp
 
     from herald.signing import parse_secret, sign
@@ -100,10 +118,12 @@ async def _post_all(
     async with aiohttp.ClientSession(
         connector=connector, skip_auto_headers=("User-Agent",), trust_env=False
     ) as session:
+        cpu0 = cpu.cpu_seconds(os.getpid())
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         seconds = time.perf_counter() - t0
-    return events, seconds, errors, first_error
+        cpu_s = cpu.cpu_seconds(os.getpid()) - cpu0
+    return events, seconds, cpu_s, errors, first_error
 
 
 def main() -> None:
@@ -117,13 +137,14 @@ def main() -> None:
 
     import uvloop
 
-    async def bounded() -> tuple[int, float, int, str]:
+    async def bounded() -> tuple[int, float, float, int, str]:
         async with asyncio.timeout(args.timeout):
             return await _post_all(args.url, args.secret, args.events, args.concurrency)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        requests, seconds, errors, first = runner.run(bounded())
-    print(json.dumps({"requests": requests, "seconds": seconds, "errors": errors, "first": first}))
+        requests, seconds, cpu_s, errors, first = runner.run(bounded())
+    out = {"requests": requests, "seconds": seconds, "cpu_seconds": cpu_s}
+    print(json.dumps(out | {"errors": errors, "first": first}))
 
 
 if __name__ == "__main__":

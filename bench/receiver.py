@@ -41,6 +41,8 @@ class Receiver:
     url: str
     note: str = ""
     access_log: Path | None = None
+    pid: int | None = None
+    """The receiver's process (nginx's master; its worker is its child)."""
 
     @property
     def base(self) -> str:
@@ -170,7 +172,12 @@ def _nginx(binary: str, workdir: Path) -> Iterator[Receiver]:
             wait_port(port, timeout=START_TIMEOUT, alive=child.alive)
         except BenchError as exc:
             raise BenchError(f"nginx did not start: {exc}\n{child.log_tail()}") from exc
-        yield Receiver("nginx", f"http://127.0.0.1:{port}/hook", access_log=tmp / "access.log")
+        yield Receiver(
+            "nginx",
+            f"http://127.0.0.1:{port}/hook",
+            access_log=tmp / "access.log",
+            pid=child.pid,
+        )
     finally:
         child.stop(timeout=10)
 
@@ -197,7 +204,7 @@ def aiohttp_receiver(
             wait_port(port, timeout=START_TIMEOUT, alive=child.alive)
         except BenchError as exc:
             raise BenchError(f"aiohttp receiver did not start: {exc}\n{child.log_tail()}") from exc
-        yield Receiver("aiohttp", f"http://127.0.0.1:{port}/hook", note, access_log)
+        yield Receiver("aiohttp", f"http://127.0.0.1:{port}/hook", note, access_log, pid=child.pid)
     finally:
         child.stop(timeout=10)
 

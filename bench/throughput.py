@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import baselines, ceiling, profile, receiver
+from bench import baselines, ceiling, cpu, profile, receiver
 from bench.common import (
     DEFAULT_PHASE_TIMEOUT,
     BenchError,
@@ -116,15 +116,33 @@ def _count(conn: sqlite3.Connection, sql: str) -> int:
 
 
 def _deliver(
-    inst: HeraldInstance, events: int, deadline: Deadline, args: argparse.Namespace
-) -> tuple[float, float, float]:
-    """Run Herald until all events are delivered: (seconds, relay seconds, RSS peak MiB)."""
+    inst: HeraldInstance,
+    events: int,
+    deadline: Deadline,
+    args: argparse.Namespace,
+    recv: receiver.Receiver,
+) -> tuple[float, float, float, cpu.Phase]:
+    """Run Herald until all events are delivered: (seconds, relay seconds, RSS peak MiB,
+    CPU over the delivery phase).
+
+    The delivery phase runs from the first poll that sees a delivery done to the
+    last (start-up, the first relay batch and the stop excluded); its CPU is that
+    of the daemon, of its attempt processes (its children) and of the receiver.
+    """
     spy_bin = profile.find_py_spy(args.py_spy) if args.profile else None
     if args.profile and spy_bin is None:
         raise BenchError("--profile needs py-spy: pass --py-spy PATH or set $PY_SPY")
     child = inst.start()
     spy: Child | None = None
     conn = inst.reader()
+    meter = cpu.CpuMeter(
+        {
+            "daemon": cpu.only(child.pid),
+            "workers": cpu.kids(child.pid),
+            "receiver": cpu.tree(recv.pid) if recv.pid else list,
+        }
+    )
+    first_done, t_first = 0, 0.0
     try:
         last_progress = time.monotonic()
         while True:
@@ -133,6 +151,11 @@ def _deliver(
             done = _count(conn, DONE_SQL)
             if done >= events:
                 break
+            if meter.started:
+                meter.sample()
+            elif done > 0:
+                meter.start()
+                first_done, t_first = done, time.monotonic()
             if spy_bin is not None and spy is None and done > 0:
                 spy = profile.start_record(
                     spy_bin, child.pid, args.profile, inst.workdir / "profile.raw"
@@ -142,6 +165,12 @@ def _deliver(
                 log(f"herald: {done}/{events} delivered")
             deadline.check(f"{done}/{events} delivered")
             time.sleep(POLL_SECONDS)
+        if not meter.started:  # all done by the first poll that saw any: no phase to measure
+            meter.start()
+            first_done, t_first = events, time.monotonic()
+        phase = cpu.Phase(
+            events - first_done, time.monotonic() - t_first, meter.stop(), meter.machine_busy_s
+        )
         rss = vm_hwm_mb(child.pid)
         if spy is not None:
             spy.proc.wait(timeout=args.profile + 30)
@@ -161,7 +190,7 @@ def _deliver(
     inst.stop(child)
     last = inst.scalar("SELECT MAX(updated_at) FROM herald_deliveries WHERE kind = 'event'")
     relayed = inst.scalar("SELECT MAX(ingested_at) FROM herald_events WHERE id LIKE 'evt_bench%'")
-    return float(last) - child.started_wall, float(relayed) - child.started_wall, rss
+    return float(last) - child.started_wall, float(relayed) - child.started_wall, rss, phase
 
 
 def _verify(inst: HeraldInstance, events: int) -> None:
@@ -215,18 +244,19 @@ def run(args: argparse.Namespace) -> int:
             inst.activate(dest_id, setup)
             load = inst.preload(events)
             log(f"pre-loaded {events} outbox rows in {load:.2f} s")
-            herald_s, relay_s, rss = _deliver(
-                inst, events, Deadline("delivery", args.timeout), args
+            herald_s, relay_s, rss, phase = _deliver(
+                inst, events, Deadline("delivery", args.timeout), args, recv
             )
             _verify(inst, events)
             log(f"ceiling: {ceiling_events} requests, concurrency {concurrency}")
-            top = ceiling.measure(
+            loop = ceiling.measure(
                 recv.url,
                 SECRET,
                 events=ceiling_events,
                 concurrency=concurrency,
                 timeout=args.timeout,
             )
+            top = loop.row
             baseline_events = min(events, BASELINE_EVENTS)
             extra = _baselines(recv, baseline_events, workdir, args) if args.baselines else {}
         if keep_dir:
@@ -248,10 +278,31 @@ def run(args: argparse.Namespace) -> int:
     print(table(rows, top))
     for name, row in extra.items():
         print(f"herald / {name}: {rows[0].per_s / row.per_s:.2f}")
+    cpu_us = cpu_per_delivery(phase)
+    loop_us = loop.cpu_us_per_request
+    print(
+        f"\nCPU per delivery over the delivery phase ({phase.items} deliveries in"
+        f" {phase.wall_seconds:.2f} s), µs: daemon {cpu_us['daemon']}, attempt processes"
+        f" {cpu_us['workers']}, total {cpu_us['total']}; receiver {phase.us('receiver')};"
+        f" the whole machine {phase.machine_us}"
+    )
+    ratio = cpu_us["total"] / loop_us if loop_us else 0.0
+    print(f"bare loop per request: {loop_us} µs → Herald's total = {ratio:.2f}× the bare loop's")
     result: dict[str, Any] = {
         "herald_per_s": round(rows[0].per_s, 1),
         "ceiling_per_s": round(top.per_s, 1),
         "ratio_to_ceiling": round(rows[0].per_s / top.per_s, 4),
+        "cpu_us_per_delivery": cpu_us,
+        "ceiling_cpu_us_per_request": loop_us,
+        "cpu_ratio_to_ceiling": round(ratio, 3),
+        "cpu_phase": {
+            "deliveries": phase.items,
+            "seconds": round(phase.wall_seconds, 3),
+            "receiver_us_per_delivery": phase.us("receiver"),
+            "machine_busy_us_per_delivery": phase.machine_us,
+            "note": "utime+stime from /proc over the delivery phase (first delivery seen to"
+            " last); machine = /proc/stat busy time of every process on the host",
+        },
         "relay_per_s": round(rows[1].per_s, 1),
         "rss_peak_mb": round(rss, 1),
         "events": events,
@@ -288,6 +339,15 @@ def run(args: argparse.Namespace) -> int:
     path = write_result(result_file(RESULT_FILE, quick=args.quick), result)
     print(f"\nwrote {path}")
     return 0
+
+
+def cpu_per_delivery(phase: cpu.Phase) -> dict[str, float]:
+    """``{"daemon", "workers", "total"}`` in µs per delivery over the phase."""
+    return {
+        "daemon": phase.us("daemon"),
+        "workers": phase.us("workers"),
+        "total": phase.us("daemon", "workers"),
+    }
 
 
 def _baselines(
