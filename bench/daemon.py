@@ -69,6 +69,8 @@ class HeraldInstance:
     ) -> None:
         self.workdir = workdir
         self.name = name
+        self.cpus: tuple[int, ...] = ()
+        """CPUs ``herald run`` may use (``taskset``); empty: all of them."""
         self.db = db or Database.sqlite(workdir / "herald.db")
         self.db_path = self.db.path or workdir / "herald.db"
         self.config_path = workdir / f"{name}.toml"
@@ -178,6 +180,8 @@ class HeraldInstance:
     # --- daemon ---------------------------------------------------------------
     def start(self) -> Child:
         argv = [sys.executable, "-m", "herald", "run", "--config", str(self.config_path)]
+        if self.cpus:  # taskset execs the daemon in place: the pid is the daemon's
+            argv = ["taskset", "-c", ",".join(map(str, self.cpus)), *argv]
         return Child(self.name, argv, log_path=self.log_path, cwd=self.workdir, env=self.env)
 
     def stop(self, child: Child) -> None:
@@ -239,8 +243,11 @@ def wait_count(
     what: str,
     params: Sequence[Any] = (),
     poll: float = 0.2,
+    on_poll: Callable[[int], None] | None = None,
 ) -> int:
-    """Poll ``sql`` (a COUNT) until it reaches ``target``; every child must stay alive."""
+    """Poll ``sql`` (a COUNT) until it reaches ``target``; every child must stay alive.
+
+    ``on_poll`` is called with each count read below ``target`` (a CPU meter's sample)."""
     last = time.monotonic()
     while True:
         for child in children:
@@ -249,6 +256,8 @@ def wait_count(
         done = db.count(sql, params)
         if done >= target:
             return done
+        if on_poll is not None:
+            on_poll(done)
         if time.monotonic() - last >= PROGRESS_SECONDS:
             last = time.monotonic()
             log(f"{what}: {done}/{target}")

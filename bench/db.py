@@ -24,6 +24,8 @@ from bench.common import REPO_ROOT, BenchError
 DSN_FILE = REPO_ROOT / ".test-services" / "postgres.dsn"
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 CONNECT_TIMEOUT = 10
+APPLICATION_NAME = "herald-bench"
+"""The bench's own PostgreSQL connections, told apart from Herald's in pg_stat_activity."""
 
 OutboxRowT = tuple[str, str, str, str, str]
 """(id, tenant_id, type, data JSON text, created_at ISO text)."""
@@ -50,6 +52,11 @@ class Database:
     def sqlite(cls, path: Path) -> Database:
         return cls("sqlite", f"sqlite:///{path}", path)
 
+    @property
+    def name(self) -> str:
+        """The PostgreSQL database's name (the URL's last path segment)."""
+        return self.url.rpartition("/")[2].partition("?")[0]
+
     # --- connections ---------------------------------------------------------
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self.kind == "postgres" else sql
@@ -68,7 +75,12 @@ class Database:
             return
         import psycopg
 
-        pg = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        pg = psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            application_name=APPLICATION_NAME,
+        )
         try:
             yield pg
         finally:

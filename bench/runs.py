@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bench import cpu
 from bench.common import (
     REPO_ROOT,
     BenchError,
@@ -47,6 +48,8 @@ class Burst:
     rss_mb: list[float]
     relay_steady_per_s: float = 0.0
     """Events ingested per second after the first relay batch committed (start-up excluded)."""
+    phase: cpu.Phase | None = None
+    """CPU of the ``cpu_groups`` over the delivery phase (first delivery seen to the last)."""
 
     @property
     def per_s(self) -> float:
@@ -81,13 +84,47 @@ def burst(
     done_sql: str = EVENT_DONE_SQL,
     event_filter: str = "1 = 1",
     delivery_filter: str = "1 = 1",
+    cpu_groups: Callable[[Sequence[Child]], Mapping[str, cpu.Finder]] | None = None,
 ) -> Burst:
-    """Start ``instances`` and wait until ``done_sql`` counts ``deliveries``; then stop them."""
+    """Start ``instances`` and wait until ``done_sql`` counts ``deliveries``; then stop them.
+
+    With ``cpu_groups`` (the groups of processes to meter, given the instances'
+    children), the result's ``phase`` holds their CPU over the delivery phase.
+    """
     db = instances[0].db
     children = start_all(instances)
     t_spawn = children[0].started_wall
+    meter = cpu.CpuMeter(cpu_groups(children)) if cpu_groups else None
+    first: list[float] = []  # deliveries done and monotonic time at the phase's start
+
+    def on_poll(done: int) -> None:
+        if meter is None:
+            return
+        if meter.started:
+            meter.sample()
+        elif done > 0:
+            meter.start()
+            first.extend((done, time.monotonic()))
+
     try:
-        wait_count(db, done_sql, deliveries, children=children, deadline=deadline, what="delivered")
+        wait_count(
+            db,
+            done_sql,
+            deliveries,
+            children=children,
+            deadline=deadline,
+            what="delivered",
+            on_poll=on_poll,
+        )
+        phase = None
+        if meter is not None:
+            if not meter.started:  # everything done by the first poll that saw any
+                meter.start()
+                first.extend((deliveries, time.monotonic()))
+            used = meter.stop()
+            phase = cpu.Phase(
+                deliveries - int(first[0]), time.monotonic() - first[1], used, meter.machine_busy_s
+            )
         rss = [round(vm_hwm_mb(c.pid), 1) for c in children]
     except BaseException:
         for c in children:
@@ -106,6 +143,7 @@ def burst(
         float(relayed) - t_spawn,
         rss,
         relay_steady_rate(db, event_filter),
+        phase,
     )
 
 
