@@ -445,7 +445,7 @@ class Metrics:
             per = GaugeMetricFamily(
                 "herald_circuit_open",
                 "1 for each destination whose circuit is open or probing",
-                labels=["destination_id"],
+                labels=["destination"],
             )
             for dest_id in counts.open_circuits:
                 per.add_metric([dest_id], 1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -87,6 +87,9 @@ class Event:
     """The producer's W3C trace context (``00-<trace id>-<parent id>-<flags>``), checked
     at ingestion; None when it came without one (or with an invalid one). Attempts
     carry it as the ``traceparent`` header / attribute (see docs/observability.md)."""
+    ordering_key: str | None = None
+    """The producer's ordering key (issue 25), or None. The adapters of types with
+    native ordering carry it (docs/destinations.md, "Ordering per destination type")."""
 
     def envelope(self) -> bytes:
         """The message body every adapter sends: ``{"id","type","created_at","data"}``."""
@@ -152,6 +155,9 @@ class Destination:
     """Whether its circuit breaker is on (``herald.flow``)."""
     circuit: Circuit | None = None
     """Its circuit as last stored (read only; None when the breaker is off)."""
+    ordering: Literal["none", "key"] = "none"
+    """``key``: deliveries of one ordering key go one at a time, in order (issue 25);
+    ``none``: no order. The adapters with native ordering read it."""
 
     @property
     def deleted(self) -> bool:

@@ -7,9 +7,11 @@ uses and no other, and custom headers as name/value rows through create and edit
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,10 +21,17 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.support.browser import sign_in, wait_for
 from tests.support.daemon import Herald, free_port
+from tests.support.receiverauth import TestCA
 
 pytestmark = pytest.mark.xdist_group("console")
 
 MASK = "********"
+PEM_FIELDS = (
+    "tls_client_certificate",
+    "tls_client_key",
+    "tls_ca_certificate",
+    "oauth2_private_key",
+)
 
 
 class Gated(ThreadingHTTPServer):
@@ -362,3 +371,99 @@ def test_the_portal_acts_the_same_way(
     assert answer is not None
     assert answer.status == 200
     expect(page.locator("#dest-status")).to_have_text("active")
+
+
+def shown_config(herald: Herald, dest_id: str) -> dict[str, Any]:
+    """The destination's webhook config as the API shows it (credentials masked)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{herald.port}/v2/event-destinations/{dest_id}",
+        headers={"Authorization": f"Bearer {herald.api_key('default')}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        body: dict[str, Any] = json.loads(resp.read())
+    return dict(body["webhook"])
+
+
+def test_the_destination_forms_offer_the_tenants_catalog_types(
+    herald: Herald, page: Page, context: BrowserContext, receiver: Gated
+) -> None:
+    """Issue 27 item 5: beside the events box (which still takes any pattern), the create
+    and edit forms of the console and the portal offer the tenant's catalog types."""
+    register = urllib.request.Request(
+        f"http://127.0.0.1:{herald.port}/v2/event-types/shipment.dispatched",
+        data=b'{"description": "A parcel left"}',
+        headers={
+            "Authorization": f"Bearer {herald.api_key('default')}",
+            "Content-Type": "application/json",
+        },
+        method="PUT",
+    )
+    with urllib.request.urlopen(register, timeout=30) as resp:
+        assert resp.status in (200, 201)
+
+    def offered(p: Page, input_id: str) -> list[str]:
+        """What the browser itself offers in the input's list (its datalist's options)."""
+        values: list[str] = p.eval_on_selector(
+            f"#{input_id}", "el => Array.from(el.list.options).map(o => o.value)"
+        )
+        return values
+
+    page.goto("/console/destinations/new?type=webhook")
+    assert "shipment.dispatched" in offered(page, "n-events-add")
+    assert "herald.delivery.exhausted" in offered(page, "n-events-add")  # Herald's own, too
+    page.get_by_label("Name").fill("catalog picked")
+    page.get_by_label("Events").fill("order.*")
+    page.get_by_label("Add from the catalog").fill("shipment.dispatched")
+    page.get_by_label("url (required)", exact=True).fill(url_of(receiver))
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("status")).to_contain_text("Created")
+    dest_id = page.locator("dl.facts code").first.inner_text()
+    expect(page.get_by_label("Events")).to_have_value("order.*\nshipment.dispatched")
+    assert "shipment.dispatched" in offered(page, "e-events-add")
+    # A free pattern in the same input is taken as typed.
+    page.get_by_label("Add from the catalog").fill("invoice.*")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("Saved")
+    expect(page.get_by_label("Events")).to_have_value("order.*\nshipment.dispatched\ninvoice.*")
+
+    portal = context.new_page()
+    here = f"/portal/destinations/{dest_id}"
+    portal.goto(f"{here}?token={herald.portal_token('default')}")
+    expect(portal).to_have_url(re.compile(re.escape(here) + "$"))
+    assert "shipment.dispatched" in offered(portal, "e-events-add")
+    portal.goto("/portal/destinations/new?type=webhook")
+    assert "shipment.dispatched" in offered(portal, "n-events-add")
+
+
+def test_pem_fields_are_textareas_that_round_trip_a_pem(
+    herald: Herald, page: Page, receiver: Gated
+) -> None:
+    """Issue 26: the PEM fields are multi-line; the browser posts their line breaks as
+    CRLF, and the PEM comes out as it went in, through create and an unchanged save."""
+    client = TestCA().issue("console-client")
+    page.goto("/console/destinations/new?type=webhook")
+    for name in PEM_FIELDS:
+        expect(page.locator(f'textarea[name="config.{name}"]')).to_have_count(1)
+        expect(page.locator(f'input[name="config.{name}"]')).to_have_count(0)
+    page.get_by_label("Name").fill("with a client certificate")
+    page.get_by_label("Events").fill("*")
+    page.get_by_label("url (required)", exact=True).fill(url_of(receiver))
+    page.get_by_label("tls client certificate").fill(client.certificate)
+    page.get_by_label("tls client key").fill(client.key)
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("status")).to_contain_text("Created")
+    dest_id = page.locator("dl.facts code").first.inner_text()
+    assert "\n" in client.certificate.strip()  # several lines, as a PEM is
+    shown = shown_config(herald, dest_id)
+    assert shown["tls_client_certificate"] == client.certificate
+    assert shown["tls_client_key"] == MASK
+
+    # The edit form shows the certificate in a textarea, the key masked; saved as it is,
+    # both stay (the key's mask means "unchanged").
+    expect(page.get_by_label("tls client certificate")).to_have_value(client.certificate)
+    expect(page.get_by_label("tls client key")).to_have_value(MASK)
+    assert client.key.splitlines()[1] not in page.content()
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("Saved")
+    assert shown_config(herald, dest_id)["tls_client_certificate"] == client.certificate
+    wait_active(herald, dest_id)  # the key kept still matches: the destination works

@@ -268,7 +268,7 @@ async def test_the_breaker_turns_an_outage_into_one_probe_per_cooldown(
             what="herald_circuits_open 1",
             h=h,
         )
-        assert f'herald_circuit_open{{destination_id="{on["id"]}"}} 1.0'.encode() in metrics(h)
+        assert f'herald_circuit_open{{destination="{on["id"]}"}} 1.0'.encode() in metrics(h)
         down_since = time.monotonic()
         while time.monotonic() - down_since < OUTAGE:
             await asyncio.sleep(0.2)

@@ -124,6 +124,38 @@ def test_a_form_shows_only_the_fields_its_type_uses(registry: Registry) -> None:
         assert "endpoint_url" in {f.name for f in forms.config_fields(registry, used)}, used
 
 
+def test_pem_fields_are_multiline_and_come_back_with_lf(registry: Registry) -> None:
+    fields = {f.name: f for f in forms.config_fields(registry, "webhook")}
+    pems = {"tls_client_certificate", "tls_client_key", "tls_ca_certificate", "oauth2_private_key"}
+    assert {name for name, f in fields.items() if f.multiline} == pems
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\nAbCd\n-----END CERTIFICATE-----\n"
+    posted = pem.replace("\n", "\r\n")  # how a browser posts a textarea
+    form = {
+        "type": "webhook",
+        "name": "n",
+        "events": "*",
+        "config.url": "https://example.com/hook",
+        "config.tls_client_certificate": posted,
+        "config.url_note": "a\r\nb",  # not a field of the type: passed on as typed
+    }
+    body = forms.create_body(form, list(fields.values()))
+    assert body["webhook"]["tls_client_certificate"] == pem
+    edited = forms.edit_body(form, "webhook", list(fields.values()), {})
+    assert edited["webhook"]["tls_client_certificate"] == pem
+    assert forms.field_value(fields["url"], "a\r\nb") == "a\r\nb"  # one line: as posted
+
+
+def test_the_events_are_those_typed_and_the_one_picked_from_the_catalog() -> None:
+    assert forms.form_events({"events": "order.*\n*", "events_add": "shipment.sent"}) == [
+        "order.*",
+        "*",
+        "shipment.sent",
+    ]
+    assert forms.form_events({"events": "order.*", "events_add": "order.*"}) == ["order.*"]
+    assert forms.form_events({"events_add": " a.b "}) == ["a.b"]
+    assert forms.form_events({}) == []
+
+
 STORED = '{"X-Api-Key":"k1","X-Tenant":"acme"}'
 
 

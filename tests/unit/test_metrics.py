@@ -215,3 +215,16 @@ def test_exhausted_deliveries_and_failing_destinations() -> None:
     # Read with the other counts: dropped with them when the read fails.
     m.database_count_failed()
     assert ("herald_destinations_failing", ()) not in samples(m)
+
+
+def test_an_open_circuit_is_labelled_by_its_destination() -> None:
+    """Issue 26: ``herald_circuit_open{destination}``, only with per-destination metrics."""
+    per = Metrics(per_destination=True)
+    per.database_counted(counts(open_circuits=["evtd_a", "evtd_b"]), now=100.0)
+    got = samples(per)
+    assert got[("herald_circuits_open", ())] == 2
+    assert got[("herald_circuit_open", (("destination", "evtd_a"),))] == 1
+    assert got[("herald_circuit_open", (("destination", "evtd_b"),))] == 1
+    plain = Metrics()
+    plain.database_counted(counts(open_circuits=["evtd_a"]), now=100.0)
+    assert not any(name == "herald_circuit_open" for name, _ in samples(plain))

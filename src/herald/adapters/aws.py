@@ -387,8 +387,8 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
         await client.__aexit__(None, None, None)
 
     @abstractmethod
-    def params(self, config: Any, event: Event) -> dict[str, Any]:
-        """The parameters of :attr:`operation` that publish ``event``."""
+    def params(self, dest: Destination, config: Any, event: Event) -> dict[str, Any]:
+        """The parameters of :attr:`operation` that publish ``event`` to ``dest``."""
 
     def outcome(self, response: dict[str, Any]) -> Result:
         """The result of a call that returned: a success, unless the type knows better."""
@@ -398,7 +398,7 @@ class AWSAdapter(PooledAdapter[ClientKey, Any]):
         assert isinstance(config, AWSConfig)
         key = self.client_key(config)
         try:
-            params = self.params(config, event)
+            params = self.params(dest, config, event)
             async with self.clients.use(key, lambda: self.open_client(key), user=dest.id) as client:
                 response = await getattr(client, self.operation)(**params)
         except Exception as exc:  # a failed publish is a result, never an exception

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from herald.adapters.aws import AWSAdapter, AWSConfig, Region, failure, http_status
 from herald.adapters.base import TARGET, Result, checked, matching, sensitive
-from herald.model import Event
+from herald.model import Destination, Event
 from herald.timeutil import parse_timestamp
 
 # AWS's pattern for EventBusName in a PutEvents entry: a name or a bus ARN.
@@ -49,7 +49,7 @@ class EventBridgeAdapter(AWSAdapter, service="events", operation="put_events"):
     type_id = "aws_eventbridge"
     config_model = EventBridgeConfig
 
-    def params(self, config: EventBridgeConfig, event: Event) -> dict[str, Any]:
+    def params(self, dest: Destination, config: EventBridgeConfig, event: Event) -> dict[str, Any]:
         entry = {
             "EventBusName": config.event_bus_name,
             "Source": self.ctx.settings.delivery.eventbridge_source,

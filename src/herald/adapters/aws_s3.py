@@ -25,7 +25,7 @@ from herald.adapters.aws import (
     shared_loader,
 )
 from herald.adapters.base import TARGET
-from herald.model import Event
+from herald.model import Destination, Event
 from herald.timeutil import rfc3339_nano
 
 DEFAULT_STORAGE_CLASS = "STANDARD"
@@ -71,7 +71,7 @@ class S3Adapter(AWSAdapter, service="s3", operation="put_object"):
     type_id = "aws_s3"
     config_model = S3Config
 
-    def params(self, config: S3Config, event: Event) -> dict[str, Any]:
+    def params(self, dest: Destination, config: S3Config, event: Event) -> dict[str, Any]:
         return {
             "Bucket": config.bucket,
             "Key": object_key(event),

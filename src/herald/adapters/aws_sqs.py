@@ -2,9 +2,11 @@
 
 The body is the envelope; ``event-id``, ``event-type``, ``event-created-at`` and
 ``tenant-id`` travel as String message attributes. A FIFO queue (name ending in
-``.fifo``) gets MessageGroupId = tenant id, so one tenant's events keep their
-order, and MessageDeduplicationId = event id, so a resend within SQS's
-five-minute window is dropped by the queue itself. Requests are signed for the
+``.fifo``) refuses a message without a group, so every message to one gets
+MessageGroupId = the event's ordering key, or the destination id when the event
+has none, and MessageDeduplicationId = event id, so a resend within SQS's
+five-minute window is dropped by the queue itself — whether the destination is
+ordered or not (docs/destinations.md, "Ordering per destination type"). Requests are signed for the
 region named in the queue URL; a URL without one (an emulator's, say) uses the
 environment's default region, else us-east-1. IAM: ``sqs:SendMessage``.
 """
@@ -20,7 +22,7 @@ from pydantic import Field, field_validator
 
 from herald.adapters.aws import AWSAdapter, KeySecretConfig
 from herald.adapters.base import TARGET
-from herald.model import Event
+from herald.model import Destination, Event
 
 # Hosts under these domains are AWS's own; a region-shaped label in them is the region.
 _AWS_DOMAINS = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
@@ -82,7 +84,7 @@ class SQSAdapter(AWSAdapter, service="sqs", operation="send_message"):
     type_id = "aws_sqs"
     config_model = SQSConfig
 
-    def params(self, config: SQSConfig, event: Event) -> dict[str, Any]:
+    def params(self, dest: Destination, config: SQSConfig, event: Event) -> dict[str, Any]:
         params: dict[str, Any] = {
             "QueueUrl": config.queue_url,
             "MessageBody": event.envelope().decode(),
@@ -92,6 +94,6 @@ class SQSAdapter(AWSAdapter, service="sqs", operation="send_message"):
             },
         }
         if config.fifo:
-            params["MessageGroupId"] = fifo_id(event.tenant_id)
+            params["MessageGroupId"] = fifo_id(event.ordering_key or dest.id)
             params["MessageDeduplicationId"] = fifo_id(event.id)
         return params

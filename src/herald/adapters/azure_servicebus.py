@@ -3,7 +3,9 @@
 Message body = the envelope, ``application_properties`` = the event metadata,
 ``message_id`` = the event id (so Service Bus duplicate detection, where
 enabled, drops resends), ``content_type`` = ``application/json``, ``subject``
-= the event type. Success is the broker accepting the transfer.
+= the event type, and for an ordered destination (``ordering = "key"``)
+``session_id`` = the event's ordering key when it has one (docs/destinations.md,
+"Ordering per destination type"). Success is the broker accepting the transfer.
 
 Senders: the SDK's asyncio sender (pure-Python AMQP), one per (connection
 string, entity, endpoint) and shared by every attempt and destination using
@@ -83,6 +85,7 @@ OPEN_TIMEOUT_SECONDS = 10.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 IDLE_CLOSE_SECONDS = 240.0
 MESSAGE_ID_MAX = 128
+SESSION_ID_MAX = 128
 AMQPS_PORT = 5671
 AMQP_PORT = 5672
 
@@ -196,6 +199,16 @@ class ServiceBusConfig(DestinationConfig):
         return (self.namespace, *super().target())
 
 
+def session_id(dest: Destination, event: Event) -> str | None:
+    """The message's ``session_id``: the event's ordering key when ``dest`` is ordered
+    and the event has one, else none. Service Bus takes at most 128 characters; a longer
+    key goes as its SHA-256 (64 hex digits), still one session per key."""
+    key = event.ordering_key
+    if dest.ordering != "key" or not key:
+        return None
+    return key if len(key) <= SESSION_ID_MAX else hashlib.sha256(key.encode()).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class _SenderKey:
     credentials: str
@@ -214,7 +227,10 @@ class _Sender:
     connection (``amqp:session:invalid-field``). So one send is in flight at a
     time, and the attempts that queued up meanwhile go out together as one
     batch (one transfer, one outcome for all of them): a busy destination is
-    not held to one message per round trip.
+    not held to one message per round trip. A batch holds messages of one
+    session only (a partitioned entity refuses a batch that spans sessions): it
+    takes every waiting message of the first one's session, and the others wait
+    for the next batch, each session's messages in the order they queued.
     """
 
     def __init__(self, client: ServiceBusClient, sender: ServiceBusSender, timeout: float) -> None:
@@ -244,21 +260,28 @@ class _Sender:
                     batch = await self.sender.create_message_batch()
                 payload: ServiceBusMessage | ServiceBusMessageBatch = batch
                 taken = []
-                while self._waiting:
-                    message, done = self._waiting[0]
+                session: str | None = None
+                kept: list[tuple[ServiceBusMessage, asyncio.Future[None]]] = []
+                # No await in this loop: nothing joins ``_waiting`` while it is rebuilt.
+                for index, (message, done) in enumerate(self._waiting):
                     if done.done():  # its attempt gave up before it was taken
-                        self._waiting.pop(0)
+                        continue
+                    if taken and message.session_id != session:
+                        kept.append((message, done))  # another session: a later batch
                         continue
                     try:
                         batch.add_message(message)
                     except MessageSizeExceededError:
                         if not taken:
                             # Larger than a batch may be: alone, the link's own limit decides.
-                            self._waiting.pop(0)
                             payload, taken = message, [done]
+                        else:
+                            kept.append((message, done))
+                        kept.extend(self._waiting[index + 1 :])
                         break
-                    self._waiting.pop(0)
+                    session = message.session_id
                     taken.append(done)
+                self._waiting[:] = kept
                 if not taken:
                     continue
                 try:
@@ -419,6 +442,7 @@ class ServiceBusAdapter(PooledAdapter[_SenderKey, _Sender]):
                 message_id=event.id,
                 content_type="application/json",
                 subject=event.type,
+                session_id=session_id(dest, event),
             )
         except ValueError as exc:
             return Result.permanent(f"cannot be a Service Bus message: {exc}")

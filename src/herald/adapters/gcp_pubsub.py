@@ -1,7 +1,19 @@
 """``gcp_pubsub`` (spec alias ``cloudB_pubsub``): one message per event on a Pub/Sub topic.
 
 The message data is the envelope; the event metadata travels as message
-attributes. Success is the Publish RPC answering with a message id.
+attributes. Success is the Publish RPC answering with a message id. For an
+ordered destination (``ordering = "key"``) a message carries the event's
+ordering key as its ``ordering_key`` (docs/destinations.md, "Ordering per
+destination type").
+
+Ordering keys need no "message ordering" switch here: that switch
+(``PublisherOptions(enable_message_ordering=True)``) belongs to the library's
+high-level batching ``PublisherClient``, which refuses keys without it and, after
+a failed publish of a key, pauses that key until ``resume_publish`` is called.
+Herald publishes through the GAPIC client's unary Publish RPC, which takes the
+key as a plain message field and keeps no per-key state: a failed attempt is
+just a failed RPC, and the engine's retry (after every earlier message of the key
+ended, by the ordering rule) publishes again with nothing to resume.
 
 Clients: the library's asyncio GAPIC client (``PublisherAsyncClient`` over a
 ``grpc.aio`` channel), one per (endpoint, credentials) and shared by every
@@ -313,6 +325,16 @@ def _classify(exc: api_exceptions.GoogleAPICallError) -> Result:
     return Result.retryable(error)
 
 
+def ordering_key(dest: Destination, event: Event) -> str:
+    """The message's ``ordering_key``: the event's key when ``dest`` is ordered, else
+    empty (no key). An unordered destination does not send it: Herald gives that
+    destination no order to keep, and a key would hold a subscription with message
+    ordering to one outstanding batch per key for nothing."""
+    if dest.ordering == "key" and event.ordering_key:
+        return event.ordering_key
+    return ""
+
+
 class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
     type_id = "gcp_pubsub"
     aliases = ("cloudB_pubsub",)
@@ -351,7 +373,11 @@ class PubSubAdapter(PooledAdapter[_ClientKey, "PublisherAsyncClient"]):
         addresses = self.addresses(dialled[0]) if dialled else []
         if addresses:
             key = dataclasses.replace(key, address=addresses[0])
-        message = PubsubMessage(data=event.envelope(), attributes=event.metadata())
+        message = PubsubMessage(
+            data=event.envelope(),
+            attributes=event.metadata(),
+            ordering_key=ordering_key(dest, event),
+        )
         try:
             async with self.clients.use(
                 key, lambda: _open_client(key, config.service_account_json, addresses)

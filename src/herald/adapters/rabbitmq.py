@@ -1,7 +1,9 @@
 """``rabbitmq`` (spec alias ``amqp_broker``): one message per event to an existing exchange.
 
 The message is the envelope with routing key = event type, headers = the event
-metadata, ``content_type`` ``application/json``, ``message_id`` = event id and
+metadata (plus ``ordering-key`` when the event has an ordering key, ordered
+destination or not: docs/destinations.md, "Ordering per destination type"),
+``content_type`` ``application/json``, ``message_id`` = event id and
 persistent delivery. The channel is in publisher-confirm mode, so an attempt
 succeeds only once the broker has confirmed the message (and, when
 ``mandatory`` is ``true``, routed it to at least one queue). Herald never
@@ -82,6 +84,8 @@ RECONNECT_INTERVAL_SECONDS = 2.0
 """Pause between the robust connection's reconnect attempts while the broker is away."""
 AMQP_PORT = 5672
 AMQPS_PORT = 5671
+ORDERING_KEY_HEADER = "ordering-key"
+"""The header carrying an event's ordering key (issue 25), when it has one."""
 _TRUE = frozenset({"true", "on"})
 _MAX_SHORTSTR = 255  # AMQP 0-9-1 names (exchange, routing key) are short strings
 
@@ -415,9 +419,12 @@ class RabbitMQAdapter(PooledAdapter[tuple[BrokerKey, str], _Broker]):
         # A verification ping proves the broker, credentials and exchange; whether a queue
         # is bound for its routing key says nothing about the destination.
         mandatory = prep.mandatory and event.type != VERIFICATION_EVENT_TYPE
+        headers: dict[str, Any] = dict(event.metadata())
+        if event.ordering_key is not None:
+            headers[ORDERING_KEY_HEADER] = event.ordering_key
         message = aio_pika.Message(
             event.envelope(),
-            headers=dict(event.metadata()),
+            headers=headers,
             content_type="application/json",
             message_id=event.id,
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,

@@ -182,12 +182,17 @@ def _field_problems(problems: list[tuple[str, str | None]]) -> PydanticError:
     )
 
 
-def _text(description: str, *, secret: bool = False, limit: int = 1024) -> Any:
+def _text(
+    description: str, *, secret: bool = False, limit: int = 1024, multiline: bool = False
+) -> Any:
+    """A text field; ``multiline`` (a PEM) makes the console's forms edit it in a
+    textarea."""
     return Field(
         default=None,
         json_schema_extra={
             **(sensitive(description) if secret else {"description": description}),
             "maxLength": limit,
+            **({"multiline": True} if multiline else {}),
         },
     )
 
@@ -235,20 +240,27 @@ class WebhookConfig(DestinationConfig):
         "client_secret_basic (default), client_secret_post or private_key_jwt", limit=32
     )
     oauth2_private_key: str | None = _text(
-        "PEM private key signing the private_key_jwt assertion", secret=True, limit=MAX_PEM_LENGTH
+        "PEM private key signing the private_key_jwt assertion",
+        secret=True,
+        limit=MAX_PEM_LENGTH,
+        multiline=True,
     )
     oauth2_key_id: str | None = _text("kid of the private_key_jwt assertion", limit=256)
     # Mutual TLS: the client certificate presented to the receiver, and the CA trusted
     # for the receiver's certificate instead of the system's.
     tls_client_certificate: str | None = _text(
-        "PEM client certificate (chain, the leaf first)", limit=MAX_PEM_LENGTH
+        "PEM client certificate (chain, the leaf first)", limit=MAX_PEM_LENGTH, multiline=True
     )
     tls_client_key: str | None = _text(
-        "PEM private key of tls_client_certificate", secret=True, limit=MAX_PEM_LENGTH
+        "PEM private key of tls_client_certificate",
+        secret=True,
+        limit=MAX_PEM_LENGTH,
+        multiline=True,
     )
     tls_ca_certificate: str | None = _text(
         "PEM CA certificate(s) trusted for the receiver instead of the system's",
         limit=MAX_PEM_LENGTH,
+        multiline=True,
     )
 
     # Accepted (and a target, docs/security.md) but never dialled: ``url`` is the receiver.

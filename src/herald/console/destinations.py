@@ -32,7 +32,13 @@ from herald.console.pages import (
 from herald.console.scope import FORM
 from herald.console.session import CSRF_FIELD
 from herald.errors import HeraldError, NotFound
-from herald.model import DeliveryFilter, Destination, DestinationHealth, DestinationStatus
+from herald.model import (
+    DEFAULT_TENANT,
+    DeliveryFilter,
+    Destination,
+    DestinationHealth,
+    DestinationStatus,
+)
 from herald.views import (
     attempt_said,
     delivery_view,
@@ -41,6 +47,9 @@ from herald.views import (
     rate_text,
     verification_attempt_view,
 )
+
+CATALOG_OFFERED = 200
+"""Catalog types the events input offers (the catalog's first, in type order)."""
 
 
 class DestinationPages(Pages):
@@ -126,6 +135,7 @@ class DestinationPages(Pages):
                 if f.pairs
             },
             "recent": [delivery_view(d) for d in recent],
+            "catalog_types": await self._catalog(dest.tenant_id),
             "pending": pending,
             "errors": {},
             "form": None,
@@ -266,9 +276,15 @@ class DestinationPages(Pages):
 
     async def new(self, request: web.Request) -> web.StreamResponse:
         form = {k: v for k, v in request.query.items() if k in ("type", "tenant")}
-        return self._create_form(request, form, errors={}, status=200)
+        return await self._create_form(request, form, errors={}, status=200)
 
-    def _create_form(
+    async def _catalog(self, tenant_id: str) -> tuple[str, ...]:
+        """The tenant's catalog types (Herald's own among them), offered by the events
+        input of the create and edit forms."""
+        entries, _ = await self.service.event_types.list(tenant_id, limit=CATALOG_OFFERED)
+        return tuple(entry.type for entry in entries)
+
+    async def _create_form(
         self,
         request: web.Request,
         form: Mapping[str, str],
@@ -280,10 +296,12 @@ class DestinationPages(Pages):
         types = [a.type_id for a in self.registry]
         chosen = self._type_or_first(form)
         fields = forms.config_fields(self.registry, chosen)
+        tenant = self.scope(request).tenant(form.get("tenant") or None) or DEFAULT_TENANT
         return render(
             "destination_new.html",
             request,
             {
+                "catalog_types": await self._catalog(tenant),
                 "types": types,
                 "chosen": chosen,
                 "fields": fields,
@@ -305,7 +323,9 @@ class DestinationPages(Pages):
             errors, error = forms.form_errors(exc, form.get("type", ""))
             # Credentials typed are not sent back into the page.
             kept = forms.without_credentials(_unsigned(form), fields)
-            return self._create_form(request, kept, errors=errors, error=error, status=exc.status)
+            return await self._create_form(
+                request, kept, errors=errors, error=error, status=exc.status
+            )
         self.wake()
         self.audit(request, "destination_created", tenant_id=tenant, destination_id=dest.id)
         return self._done(request, dest, "created")

@@ -38,6 +38,9 @@ class FormField:
     pairs: bool = False
     """A JSON object of names to strings (a webhook's ``custom_headers``), edited as
     name/value rows: ``config.<name>.<row>.name`` and ``….value``."""
+    multiline: bool = False
+    """Text of several lines (a PEM), edited in a textarea: a browser posts its line
+    breaks as CRLF, which :func:`field_value` turns back into LF."""
 
     @property
     def input_name(self) -> str:
@@ -64,6 +67,7 @@ def config_fields(registry: Registry, type_name: str) -> list[FormField]:
     secret = model.sensitive_fields()
     target = model.marked("target")
     pairs = model.marked("pairs")
+    multiline = model.marked("multiline")
     out = []
     for name, info in model.model_fields.items():
         if name in model.unused_fields:
@@ -77,14 +81,33 @@ def config_fields(registry: Registry, type_name: str) -> list[FormField]:
                 help=info.description or "",
                 target=name in target,
                 pairs=name in pairs,
+                multiline=name in multiline,
             )
         )
     return sorted(out, key=lambda f: not f.required)
 
 
+EVENTS_ADD = "events_add"
+"""The input beside the events textarea that offers the tenant's catalog types (a
+datalist, free text allowed): what it holds joins the events typed."""
+
+
 def split_events(text: str) -> list[str]:
     """Event patterns typed one per line or separated by commas."""
     return [p.strip() for p in text.replace(",", "\n").splitlines() if p.strip()]
+
+
+def form_events(form: Mapping[str, str]) -> list[str]:
+    """The events of a create or edit form: those typed in the textarea, then the one
+    picked (or typed) in the catalog input, each once."""
+    typed = split_events(form.get("events", "")) + split_events(form.get(EVENTS_ADD, ""))
+    return list(dict.fromkeys(typed))
+
+
+def field_value(f: FormField, posted: str) -> str:
+    """A config field's value as posted: a textarea's CRLF line breaks (HTML's form
+    encoding) back to LF, so a PEM pasted in comes out as it went in."""
+    return posted.replace("\r\n", "\n") if f.multiline else posted
 
 
 def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, Any]:
@@ -98,7 +121,7 @@ def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, A
             if rows:
                 config[f.name] = _json(rows)
         elif form.get(f.input_name, "") != "":
-            config[f.name] = form[f.input_name]
+            config[f.name] = field_value(f, form[f.input_name])
     # An input of no field of the type (a stale page) is passed on: the service names it.
     config.update(
         {
@@ -112,7 +135,7 @@ def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, A
     return {
         "name": form.get("name", ""),
         "type": type_name,
-        "events": split_events(form.get("events", "")),
+        "events": form_events(form),
         type_name: config,
         **flow_body(form),
     }
@@ -145,7 +168,7 @@ def edit_body(
     leave masked (see :func:`pairs_value`)."""
     body: dict[str, Any] = {
         "name": form.get("name", ""),
-        "events": split_events(form.get("events", "")),
+        "events": form_events(form),
         **flow_body(form),
     }
     repointed = any(
@@ -161,7 +184,7 @@ def edit_body(
                     pair_rows(form, f), stored.get(f.name), repointed=repointed
                 )
         elif f.input_name in form:
-            value = form[f.input_name]
+            value = field_value(f, form[f.input_name])
             config[f.name] = value if value != "" else None
     if config:
         body[type_name] = config

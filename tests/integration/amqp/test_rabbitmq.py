@@ -19,7 +19,7 @@ import aio_pika
 import pytest
 
 from herald.adapters.base import Adapter, AdapterContext, DestinationConfig, Result
-from herald.adapters.rabbitmq import RabbitMQAdapter, RabbitMQConfig
+from herald.adapters.rabbitmq import ORDERING_KEY_HEADER, RabbitMQAdapter, RabbitMQConfig
 from herald.adapters.registry import Registry
 from herald.config import DeliverySettings, Settings
 from herald.egress import EgressPolicy
@@ -126,6 +126,29 @@ async def test_message_carries_routing_key_headers_id_and_persistence(
         "event-created-at": "2026-11-22T10:00:00.123456789Z",
         "tenant-id": "acme",
     }
+
+
+async def test_an_ordering_key_travels_as_the_ordering_key_header(
+    adapter: RabbitMQAdapter, exchange: str
+) -> None:
+    """The key is a header whenever the event has one (ordered destination or not); an
+    event without a key has no such header."""
+    raw = {"server_url": f"{HOST}:{PORT}", "exchange": exchange, **GUEST}
+    keyed = make_event()
+    keyed.ordering_key = "customer/42 ü"
+    plain = make_event()
+    for event in (keyed, plain):
+        result, _, _ = await send(adapter, raw, event)
+        assert result.outcome is Outcome.SUCCESS, result
+    ins = await Inspector.open(broker.GUEST_URL)
+    try:
+        got = await ins.collect(broker.queue_for(exchange), until=lambda ms: len(ms) >= 2)
+    finally:
+        await ins.close()
+    headers = {m.message_id: dict(m.headers) for m in got}
+    assert ORDERING_KEY_HEADER == "ordering-key"
+    assert headers[keyed.id][ORDERING_KEY_HEADER] == "customer/42 ü"
+    assert ORDERING_KEY_HEADER not in headers[plain.id]
 
 
 async def test_credentials_and_vhost_come_from_the_url_and_write_is_enough(

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 from typing import Any
 
 import pytest
 
-from herald.adapters.aws_kinesis import KinesisAdapter, KinesisConfig
-from herald.model import Event, Outcome
-from tests.contract.adapter_contract import make_event
+from herald.adapters.aws_kinesis import KinesisAdapter, KinesisConfig, partition_key
+from herald.model import Destination, Event, Outcome
+from tests.contract.adapter_contract import make_destination, make_event
 from tests.integration.aws.conftest import (
     AdapterFactory,
     EnvelopeOnlyContract,
@@ -74,6 +76,56 @@ async def test_data_is_the_envelope_and_partition_key_the_event_id(
     assert len(records) == 5
     for event in sent:
         assert record_of(records, event)["Data"] == event.envelope()
+
+
+async def test_an_ordered_destination_partitions_by_the_ordering_key(
+    moto: MotoServer, make_adapter: AdapterFactory
+) -> None:
+    """Ordered destination: a keyed event's partition key is its ordering key, so one
+    key's records share a shard, in the order sent; an unkeyed event, and any event of
+    an unordered destination, keeps the event id."""
+    kinesis = moto.client("kinesis")
+    kinesis.create_stream(StreamName="ordered", ShardCount=4)
+    adapter = make_adapter(KinesisAdapter)
+    config = KinesisConfig.model_validate(
+        {
+            "stream_name": "ordered",
+            "region": REGION,
+            "endpoint_url": moto.endpoint,
+            **creds(KinesisAdapter),
+        }
+    )
+    base = make_destination(adapter.type_id, config)
+    ordered, unordered = (dataclasses.replace(base, ordering=o) for o in ("key", "none"))
+    plan: list[tuple[Destination, str | None]] = [(ordered, f"order-{i % 3}") for i in range(9)]
+    plan += [(ordered, None), (unordered, "order-0")]
+    sent = []
+    for dest, key in plan:
+        event = make_event()
+        event.ordering_key = key
+        sent.append(event)
+        result = await adapter.deliver(dest, config, event)
+        assert result.outcome is Outcome.SUCCESS, result
+    records = kinesis_records(kinesis, "ordered")
+    by_id = {json.loads(r["Data"])["id"]: r for r in records}
+    expected = [f"order-{i % 3}" for i in range(9)] + [sent[9].id, sent[10].id]
+    assert [by_id[e.id]["PartitionKey"] for e in sent] == expected
+    # One key's records, read back from the stream, in the order they were sent.
+    for key in ("order-0", "order-1", "order-2"):
+        ids = [json.loads(r["Data"])["id"] for r in records if r["PartitionKey"] == key]
+        assert ids == [
+            e.id for (d, k), e in zip(plan, sent, strict=True) if k == key and d is ordered
+        ]
+
+
+def test_an_overlong_ordering_key_is_hashed_to_a_partition_key() -> None:
+    config = KinesisConfig.model_validate({"stream_name": "s", "region": REGION})
+    dest = dataclasses.replace(make_destination("aws_kinesis", config), ordering="key")
+    event = make_event()
+    event.ordering_key = "k" * 300
+    assert partition_key(dest, event) == hashlib.sha256(b"k" * 300).hexdigest()
+    event.ordering_key = "k" * 256
+    assert partition_key(dest, event) == "k" * 256
 
 
 async def test_stream_in_another_region(moto: MotoServer, make_adapter: AdapterFactory) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from herald.adapters.aws_sqs import SQSAdapter, SQSConfig, fifo_id, region_from_queue_url
 from herald.model import Event, Outcome
-from tests.contract.adapter_contract import make_event
+from tests.contract.adapter_contract import make_destination, make_event
 from tests.integration.aws.conftest import AdapterFactory, AWSContract, creds, deliver
 from tests.integration.aws.support import (
     ACCOUNT,
@@ -67,22 +68,26 @@ async def test_attributes_are_strings_named_as_the_design_says(
     }
 
 
-async def test_fifo_queue_groups_by_tenant_and_deduplicates_by_event_id(
+async def test_fifo_queue_groups_by_destination_and_deduplicates_by_event_id(
     moto: MotoServer, make_adapter: AdapterFactory
 ) -> None:
+    """Events without an ordering key share one group per destination."""
     sqs = moto.client("sqs")
     url = sqs.create_queue(QueueName="events.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
     adapter = make_adapter(SQSAdapter)
-    raw = {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
+    config = SQSConfig.model_validate(
+        {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
+    )
+    dest = make_destination(adapter.type_id, config)
     event = make_event(tenant="acme")
     for _ in range(2):  # a resend (at-least-once) is dropped by the queue
-        assert (await deliver(adapter, raw, event)).outcome is Outcome.SUCCESS
+        assert (await adapter.deliver(dest, config, event)).outcome is Outcome.SUCCESS
     other = make_event(tenant="acme")
-    assert (await deliver(adapter, raw, other)).outcome is Outcome.SUCCESS
+    assert (await adapter.deliver(dest, config, other)).outcome is Outcome.SUCCESS
     messages = receive_all(sqs, url, 2)
     assert [json.loads(m["Body"])["id"] for m in messages] == [event.id, other.id]
     attrs = messages[0]["Attributes"]
-    assert attrs["MessageGroupId"] == "acme"
+    assert attrs["MessageGroupId"] == dest.id
     assert attrs["MessageDeduplicationId"] == event.id
     counts = sqs.get_queue_attributes(
         QueueUrl=url,
@@ -92,6 +97,55 @@ async def test_fifo_queue_groups_by_tenant_and_deduplicates_by_event_id(
         "ApproximateNumberOfMessages": "0",  # the resend was deduplicated
         "ApproximateNumberOfMessagesNotVisible": "2",
     }
+
+
+@pytest.mark.parametrize("ordering", ["key", "none"])
+async def test_fifo_queue_groups_by_the_ordering_key_ordered_or_not(
+    moto: MotoServer, make_adapter: AdapterFactory, ordering: Literal["none", "key"]
+) -> None:
+    """A FIFO queue needs a group for every message: the event's ordering key (hashed
+    when SQS would refuse it), the destination id without one; the event id is the
+    deduplication id. The same for an ordered destination and an unordered one."""
+    sqs = moto.client("sqs")
+    url = sqs.create_queue(QueueName="keyed.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    adapter = make_adapter(SQSAdapter)
+    config = SQSConfig.model_validate(
+        {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
+    )
+    dest = dataclasses.replace(make_destination(adapter.type_id, config), ordering=ordering)
+    keys = ["order-1", "order-2", "order-1", None, "customer 7/ü"]
+    sent = []
+    for key in keys:
+        event = make_event()
+        event.ordering_key = key
+        sent.append(event)
+        assert (await adapter.deliver(dest, config, event)).outcome is Outcome.SUCCESS
+    got = {json.loads(m["Body"])["id"]: m["Attributes"] for m in receive_all(sqs, url, 5)}
+    assert [got[e.id]["MessageGroupId"] for e in sent] == [
+        "order-1",
+        "order-2",
+        "order-1",
+        dest.id,
+        fifo_id("customer 7/ü"),  # outside SQS's alphabet: its SHA-256, still one group
+    ]
+    assert [got[e.id]["MessageDeduplicationId"] for e in sent] == [e.id for e in sent]
+
+
+async def test_a_standard_queue_gets_no_group_even_for_an_ordered_destination(
+    moto: MotoServer, make_adapter: AdapterFactory
+) -> None:
+    sqs = moto.client("sqs")
+    url = sqs.create_queue(QueueName="standard")["QueueUrl"]
+    adapter = make_adapter(SQSAdapter)
+    config = SQSConfig.model_validate(
+        {"queue_url": url, "endpoint_url": moto.endpoint, **creds(SQSAdapter)}
+    )
+    dest = dataclasses.replace(make_destination(adapter.type_id, config), ordering="key")
+    event = make_event()
+    event.ordering_key = "order-1"
+    assert (await adapter.deliver(dest, config, event)).outcome is Outcome.SUCCESS
+    (message,) = receive_all(sqs, url, 1)
+    assert "MessageGroupId" not in message["Attributes"]
 
 
 def test_fifo_ids_sqs_would_refuse_are_hashed() -> None:

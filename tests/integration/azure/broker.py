@@ -121,6 +121,13 @@ def split_batch(payload: bytes) -> list[bytes]:
     return [payload]
 
 
+def _group_id(raw: bytes) -> str | None:
+    msg = Message()
+    msg.decode(raw)
+    group = msg.group_id
+    return group.decode() if isinstance(group, bytes) else group
+
+
 def _is_message(raw: bytes) -> bool:
     try:
         Message().decode(raw)
@@ -155,6 +162,8 @@ class Broker(Handler):
         """Announced on entity links (0: no limit); the SDK sizes its batches by it."""
         self.transfers = 0
         """Message transfers received on entity links (a batch counts once)."""
+        self.transfer_sessions: list[list[str | None]] = []
+        """The session id (AMQP ``group-id``) of each message, per transfer received."""
         self._lock = threading.Lock()
         self._queues: dict[str, deque[bytes]] = {name: deque() for name in entities}
         self._topics: dict[str, list[str]] = {}
@@ -382,6 +391,7 @@ class Broker(Handler):
         elif not name.endswith("$management"):  # management is not served
             self.transfers += 1
             messages = split_batch(payload)
+            self.transfer_sessions.append([_group_id(raw) for raw in messages])
             with self._lock:
                 # A topic copies each message into every subscription (none: dropped).
                 targets = self._topics.get(name, [name])

@@ -35,6 +35,7 @@ class Received:
     message_id: str | None
     subject: str | None
     content_type: str | None
+    session_id: str | None = None
 
 
 def _decode(value: Any) -> Any:
@@ -86,6 +87,7 @@ async def _receive_into(
                         message_id=message.message_id,
                         subject=message.subject,
                         content_type=message.content_type,
+                        session_id=message.session_id,
                     )
                 )
                 await rx.complete_message(message)

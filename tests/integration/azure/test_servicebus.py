@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import ssl
 import time
@@ -82,6 +83,56 @@ class TestServiceBusContract(AdapterContract):
         assert message.content_type == "application/json"
         assert message.application_properties == event.metadata()
         assert self.broker.stored(ENTITY) == []  # completed, so gone
+
+    async def test_an_ordered_destination_sends_the_key_as_the_session_id(
+        self, adapter: ServiceBusAdapter, good_config: dict[str, str]
+    ) -> None:
+        """Ordered: a keyed event's ``session_id`` is its ordering key (a key over 128
+        characters as its SHA-256); no session for a keyless event, nor for any event of
+        an unordered destination."""
+        config = self.parse(good_config)
+        base = make_destination(ServiceBusAdapter.type_id, config)
+        ordered, unordered = (dataclasses.replace(base, ordering=o) for o in ("key", "none"))
+        long_key = "k" * 200
+        plan = [(ordered, "order-1"), (ordered, None), (unordered, "order-1"), (ordered, long_key)]
+        sent = []
+        for dest, key in plan:
+            event = make_event()
+            event.ordering_key = key
+            sent.append(event)
+            result = await adapter.deliver(dest, config, event)
+            assert result.outcome is Outcome.SUCCESS, result
+        got = await receive(self.broker.connection_string(), ENTITY, len(sent))
+        sessions = {m.message_id: m.session_id for m in got}
+        assert [sessions[e.id] for e in sent] == [
+            "order-1",
+            None,
+            None,
+            hashlib.sha256(long_key.encode()).hexdigest(),
+        ]
+
+    async def test_a_batch_never_spans_two_sessions(
+        self, adapter: ServiceBusAdapter, good_config: dict[str, str]
+    ) -> None:
+        """Concurrent attempts of an ordered destination batch by session only (Service
+        Bus refuses a batch across sessions on a partitioned entity with duplicate
+        detection), each in the order it queued."""
+        config = self.parse(good_config)
+        dest = dataclasses.replace(
+            make_destination(ServiceBusAdapter.type_id, config), ordering="key"
+        )
+        assert (await adapter.deliver(dest, config, make_event())).outcome is Outcome.SUCCESS
+        events = []
+        for i in range(30):
+            event = make_event()
+            event.ordering_key = f"key-{i % 3}" if i % 5 else None
+            events.append(event)
+        results = await asyncio.gather(*(adapter.deliver(dest, config, e) for e in events))
+        assert {r.outcome for r in results} == {Outcome.SUCCESS}
+        for sessions in self.broker.transfer_sessions:
+            assert len(set(sessions)) == 1, self.broker.transfer_sessions
+        got = await receive(self.broker.connection_string(), ENTITY, 31)
+        assert {m.message_id for m in got} >= {e.id for e in events}
 
     async def test_missing_entity_is_permanent_then_recovers(
         self, adapter: ServiceBusAdapter, missing_target_config: dict[str, str]

@@ -4,6 +4,7 @@ mapping, credentials over TLS, client reuse and the config validation table."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import json
 import uuid
@@ -112,6 +113,59 @@ class TestPubSubContract(AdapterContract):
         assert result.outcome is Outcome.FAILURE_RETRYABLE
         assert result.error is not None
         assert result.error.startswith("UNAVAILABLE: ")
+
+    async def test_an_ordered_destination_publishes_the_ordering_key(
+        self, adapter: PubSubAdapter, good_config: dict[str, str]
+    ) -> None:
+        """The key is the message's ``ordering_key`` for an ordered destination; an
+        unordered one sends none (nor does a keyless event)."""
+        config = self.parse(good_config)
+        base = make_destination(PubSubAdapter.type_id, config)
+        ordered, unordered = (dataclasses.replace(base, ordering=o) for o in ("key", "none"))
+        plan = [(ordered, "order-1"), (ordered, None), (unordered, "order-1")]
+        sent = []
+        for dest, key in plan:
+            event = make_event()
+            event.ordering_key = key
+            sent.append(event)
+            result = await adapter.deliver(dest, config, event)
+            assert result.outcome is Outcome.SUCCESS, result
+
+        async def all_there() -> list[Any] | None:
+            got = await self.peer.messages(PROJECT, good_config["topic"])
+            found = [find(got, e.id) for e in sent]
+            return found if all(m is not None for m in found) else None
+
+        messages = await wait_for(all_there, what="3 messages")
+        assert [m.ordering_key for m in messages] == ["order-1", "", ""]
+        assert [m.attributes["event-id"] for m in messages] == [e.id for e in sent]
+
+    async def test_a_failed_ordered_publish_does_not_hold_the_key(
+        self, adapter: PubSubAdapter, missing_target_config: dict[str, str], pubsub_peer: Peer
+    ) -> None:
+        """The high-level publisher pauses a key after a failed publish until
+        ``resume_publish``; Herald's unary Publish keeps no such state, so the retry of
+        the same keyed event goes out once the topic is there."""
+        config = self.parse(missing_target_config)
+        dest = dataclasses.replace(make_destination(PubSubAdapter.type_id, config), ordering="key")
+        event = make_event()
+        event.ordering_key = "order-9"
+        failed = await adapter.deliver(dest, config, event)
+        assert failed.outcome is Outcome.FAILURE_PERMANENT, failed
+        await pubsub_peer.create_topic(PROJECT, missing_target_config["topic"])
+        again = await adapter.deliver(dest, config, event)
+        assert again.outcome is Outcome.SUCCESS, again
+        following = make_event()
+        following.ordering_key = "order-9"
+        assert (await adapter.deliver(dest, config, following)).outcome is Outcome.SUCCESS
+
+        async def both() -> list[Any] | None:
+            got = await pubsub_peer.messages(PROJECT, missing_target_config["topic"])
+            found = [find(got, e.id) for e in (event, following)]
+            return found if all(m is not None for m in found) else None
+
+        messages = await wait_for(both, what="the retried and the next message")
+        assert [m.ordering_key for m in messages] == ["order-9", "order-9"]
 
     async def test_concurrent_publishes_share_one_client(
         self, adapter: PubSubAdapter, good_config: dict[str, str]
