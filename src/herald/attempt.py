@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -106,7 +107,15 @@ async def attempt(
             log.warning("attempt_unsendable", **log_ids(item), error=catalog.redact(repr(exc)))
             result = Result.permanent(f"cannot be sent by the {type_id} adapter: {exc!r}")
         except Exception as exc:  # an adapter bug must not kill the engine
-            log.exception("adapter_crashed", **log_ids(item), destination_type=type_id)
+            # The traceback as text, masked: a library's message may quote a URL with
+            # an operator's password in it.
+            log.error(
+                "adapter_crashed",
+                **log_ids(item),
+                destination_type=type_id,
+                error=catalog.redact(repr(exc)),
+                traceback=catalog.redact("".join(traceback.format_exception(exc))),
+            )
             result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
     duration_ms = (time.perf_counter() - t0) * 1000
     # No operator secret (a proxy's or the database's password) in anything a tenant
