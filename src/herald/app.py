@@ -140,7 +140,12 @@ class Daemon:
         s = self.settings
         pool = None
         if s.delivery.worker_processes > 1:
-            pool = WorkerPool(s, config_path=self.config_path, forked=self.forked)
+            pool = WorkerPool(
+                s,
+                config_path=self.config_path,
+                forked=self.forked,
+                pinned=comp.catalog.rate_limited,
+            )
         dispatcher = Dispatcher(
             comp.store,
             comp.catalog,

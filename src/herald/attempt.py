@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import structlog
 
 from herald import tracing
-from herald.adapters.base import Result, noting_exchange
+from herald.adapters.base import Result, noting_exchange, waiting_turn
 from herald.catalog import Catalog
+from herald.flow import Pacers
 from herald.ids import new_id
 from herald.model import (
     Attempt,
     AttemptRecord,
     DeliveryKind,
     DeliveryStatus,
+    Destination,
     DueDelivery,
     Exchange,
     Outcome,
@@ -35,6 +38,32 @@ AttemptOutcome = tuple[AttemptRecord, str] | BaseException
 AttemptDone = Callable[[DueDelivery, AttemptOutcome], None]
 Submit = Callable[[DueDelivery, AttemptDone], None]
 """Starts an attempt elsewhere (herald.workers) and calls back once, with its outcome."""
+
+
+_PACERS = Pacers()
+"""This process's pacing of rate-limited destinations (herald.flow.Pacer)."""
+
+
+def _turn(
+    dest: Destination, item: DueDelivery, deadline: asyncio.Timeout
+) -> Callable[[], Awaitable[None]] | None:
+    """What a request of this attempt waits for before it goes out: its place in the
+    destination's rate (event deliveries only: the pings pass the limit). The wait is
+    not the attempt's time: its deadline moves on by as much."""
+    rate = dest.rate_limit_per_second
+    if rate is None or item.kind is not DeliveryKind.EVENT:
+        return None
+    pacer = _PACERS.get(dest.id, rate)
+
+    async def turn() -> None:
+        wait = pacer.turn(time.monotonic())
+        if wait > 0:
+            when = deadline.when()
+            if when is not None:
+                deadline.reschedule(when + wait)
+            await asyncio.sleep(wait)
+
+    return turn
 
 
 async def attempt(
@@ -65,8 +94,9 @@ async def attempt(
         try:
             # What went out is noted as it goes: a timeout still leaves the request.
             with noting_exchange() as noted:
-                async with asyncio.timeout(entry.adapter.timeout):
-                    result = await entry.adapter.deliver(entry.dest, entry.config, event)
+                async with asyncio.timeout(entry.adapter.timeout) as deadline:
+                    with waiting_turn(_turn(entry.dest, item, deadline)):
+                        result = await entry.adapter.deliver(entry.dest, entry.config, event)
         except TimeoutError:
             result = Result(
                 Outcome.TIMEOUT, error=f"no response within {entry.adapter.timeout:g} s"
@@ -77,7 +107,15 @@ async def attempt(
             log.warning("attempt_unsendable", **log_ids(item), error=catalog.redact(repr(exc)))
             result = Result.permanent(f"cannot be sent by the {type_id} adapter: {exc!r}")
         except Exception as exc:  # an adapter bug must not kill the engine
-            log.exception("adapter_crashed", **log_ids(item), destination_type=type_id)
+            # The traceback as text, masked: a library's message may quote a URL with
+            # an operator's password in it.
+            log.error(
+                "adapter_crashed",
+                **log_ids(item),
+                destination_type=type_id,
+                error=catalog.redact(repr(exc)),
+                traceback=catalog.redact("".join(traceback.format_exception(exc))),
+            )
             result = Result.retryable(f"internal error in {type_id} adapter: {exc!r}")
     duration_ms = (time.perf_counter() - t0) * 1000
     # No operator secret (a proxy's or the database's password) in anything a tenant

@@ -61,6 +61,11 @@ class Catalog:
         """The masking every recorded attempt's error and excerpt goes through."""
         return self._registry.redact
 
+    def rate_limited(self, destination_id: str) -> bool:
+        """Whether the destination has a rate limit (as loaded)."""
+        entry = self._entries.get(destination_id)
+        return entry is not None and entry.dest.rate_limit_per_second is not None
+
     @property
     def version(self) -> int:
         return self._version

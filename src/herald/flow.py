@@ -223,3 +223,45 @@ class Held:
         """The recorder found its circuit closed."""
         if self._opened.pop(destination_id, None) is not None:
             self._count.pop(destination_id, None)
+
+
+@dataclass(slots=True)
+class Pacer:
+    """One process's spacing of a rate-limited destination's requests at the moment
+    they go on the wire: the same bucket as the shared one (``rate`` a second, one
+    second's worth at once).
+
+    The shared bucket (:func:`admit`) bounds how many attempts start, over every
+    process and instance, when they are claimed. Between the claim and the wire a
+    request can be held up (a cold connection, fifty TLS handshakes at once, an OAuth2
+    token fetch, a stall of the process) and then go together with the ones claimed
+    after it: the receiver, counting arrivals, sees a burst the bucket never allowed.
+    So the attempt waits its turn here just before its request is written, and the
+    receiver sees the rate. Each destination's attempts stay in one process (the
+    worker pool pins them), so one pacer sees them all.
+    """
+
+    rate: float
+    tat: float = 0.0
+
+    def turn(self, now: float) -> float:
+        """Take the next place: seconds to wait before sending (0: at once)."""
+        tat = max(self.tat, now)
+        wait = tat - tolerance(self.rate) - now
+        self.tat = tat + 1.0 / self.rate
+        return wait if wait > _EPSILON else 0.0
+
+
+class Pacers:
+    """This process's :class:`Pacer` per destination. A change of rate keeps the
+    places already taken (it grants no burst)."""
+
+    def __init__(self) -> None:
+        self._pacers: dict[str, Pacer] = {}
+
+    def get(self, destination_id: str, rate: float) -> Pacer:
+        pacer = self._pacers.get(destination_id)
+        if pacer is None:
+            pacer = self._pacers[destination_id] = Pacer(rate)
+        pacer.rate = rate
+        return pacer

@@ -203,15 +203,22 @@ def filter_test_view(
     }
 
 
-def replay_view(r: Replay) -> dict[str, Any]:
+def replay_by(by: str, tenant_id: str) -> str:
+    """Who made a replay, as its tenant reads it: its own API key or portal session
+    (``api:<tenant>``, ``portal:<tenant>``), or else ``operator`` — never an
+    operator's identity (``cli:<user>``, ``console:<key id>``)."""
+    return by if by in (f"api:{tenant_id}", f"portal:{tenant_id}") else "operator"
+
+
+def replay_view(r: Replay, *, for_tenant: str | None = None) -> dict[str, Any]:
     """A replay and its outcome: its deliveries by status now (those a later replay
-    took over count there)."""
+    took over count there). ``for_tenant``: as that tenant reads it (:func:`replay_by`)."""
     return {
         "id": r.id,
         "object": "replay",
         "tenant_id": r.tenant_id,
         "filter": r.filter,
-        "by": r.by,
+        "by": r.by if for_tenant is None else replay_by(r.by, for_tenant),
         "created_at": _ts(r.created_at),
         "finished_at": _ts(r.finished_at),
         "cut_short": r.cut_short,

@@ -36,6 +36,7 @@ import signal
 import sys
 import threading
 import traceback
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,9 +355,17 @@ class WorkerPool:
     """The parent's side: starts the children and sends each attempt to one of them."""
 
     def __init__(
-        self, settings: Settings, *, config_path: Path | None, forked: list[Forked] | None = None
+        self,
+        settings: Settings,
+        *,
+        config_path: Path | None,
+        forked: list[Forked] | None = None,
+        pinned: Callable[[str], bool] = lambda destination_id: False,
     ) -> None:
         self._settings = settings
+        self._pinned = pinned
+        """Destinations whose attempts all go to one child (a rate paced on the wire,
+        herald.flow.Pacer, needs to see them all)."""
         self._config_path = config_path
         self._forked = forked
         """Children forked at start-up (:func:`fork_workers`); else they are executed."""
@@ -419,13 +428,16 @@ class WorkerPool:
             await child.proc.wait()
 
     def submit(self, item: DueDelivery, done: AttemptDone) -> None:
-        """Have the least busy child attempt ``item``; ``done`` gets its record (later,
-        never from within this call)."""
+        """Have the least busy child (a pinned destination's own) attempt ``item``;
+        ``done`` gets its record (later, never from within this call)."""
         children = self._children
-        child = children[0]
-        for other in children:
-            if len(other.waiting) < len(child.waiting):
-                child = other
+        if self._pinned(item.destination_id):
+            child = children[zlib.crc32(item.destination_id.encode()) % len(children)]
+        else:
+            child = children[0]
+            for other in children:
+                if len(other.waiting) < len(child.waiting):
+                    child = other
         assert self._loop is not None  # started
         stdin = child.proc.stdin
         if stdin is None or stdin.is_closing() or child.reader is None or child.reader.done():

@@ -460,7 +460,10 @@ async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
         assert status == 200, got
         assert got["request_id"] == headers["X-Request-Id"]
         assert got["outcome"] == {"pending": 0, "succeeded": 5, "failed": 0}
+        # The CLI's replay, as the tenant reads it: no operator's identity.
+        assert got["by"] == "operator"
         listed = await api.pages("/v2/replays", {"limit": 1})
+        assert [r["by"] for r in listed] == ["api:default", "operator"]
         assert [r["id"] for r in listed] == [made["id"], replay_id]
         status, _, body = await api.get("/v2/replays", params={"cursor": "nonsense"})
         assert (status, error_of(body)["code"]) == (400, "cursor_invalid")

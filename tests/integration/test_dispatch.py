@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog.testing
 from aiohttp import web
 
 from herald import floor
@@ -942,3 +943,32 @@ async def test_an_event_that_cannot_be_sent_is_a_permanent_failure_not_a_crash(
     assert record.next_attempt_at is not None
     assert "cannot be sent" in (record.attempt.error or "")
     assert rx.received == []
+
+
+async def test_an_adapter_crash_is_logged_with_the_operators_secrets_masked(
+    harness: Harness, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library's exception may quote an operator's secret (here the encryption key):
+    the recorded error and the logged traceback both read it masked."""
+    h = harness
+    rx = await receivers()
+    dest = await h.add_webhook(rx.url)
+    assert h.settings.security.encryption_key is not None
+    secret = h.settings.security.encryption_key.get_secret_value()
+    entry = h.catalog.get(dest.id)
+    assert entry is not None
+
+    async def crash(*_: Any) -> Any:
+        raise RuntimeError(f"could not reach https://u:{secret}@example.invalid/")
+
+    monkeypatch.setattr(entry.adapter, "deliver", crash)
+    event = Event("evt_crash", "default", "a.b", "2026-01-01T00:00:00Z", 0.0, b"{}")
+    item = DueDelivery(new_id("dlv_"), dest.id, DeliveryKind.EVENT, 0, 0, event)
+    with structlog.testing.capture_logs() as logs:
+        record, _ = await attempt(h.catalog, h.policy, item)
+    assert "internal error in webhook adapter" in (record.attempt.error or "")
+    assert secret not in (record.attempt.error or "")
+    crashed = [e for e in logs if e["event"] == "adapter_crashed"]
+    assert len(crashed) == 1
+    assert "RuntimeError" in crashed[0]["traceback"]
+    assert secret not in repr(crashed[0])

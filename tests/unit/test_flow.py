@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from herald.flow import (
     BreakerSettings,
     Flow,
     Held,
+    Pacer,
+    Pacers,
     admit,
     configured,
     gate,
@@ -243,3 +246,45 @@ def test_held_lets_everything_go_when_the_circuit_did_not_open_after_all() -> No
     held.ended("d", "att3", False, T0 + 2)
     held.claimed("b", T0 + 1.5)
     assert not held.may_begin("b", "d")
+
+
+# --- the pacing on the wire -------------------------------------------------------------
+
+
+def test_pacer_lets_one_seconds_worth_go_at_once_then_spaces_the_rest() -> None:
+    pacer = Pacer(rate=10.0)
+    waits = [pacer.turn(100.0) for _ in range(12)]
+    assert waits[:10] == [0.0] * 10
+    assert waits[10] == pytest.approx(0.1)
+    assert waits[11] == pytest.approx(0.2)
+
+
+def test_pacer_spaces_a_late_bunch_to_the_rate() -> None:
+    """Requests held up and arriving together go out one interval apart, once the
+    burst the bucket holds is spent."""
+    pacer = Pacer(rate=50.0)
+    for _ in range(50):  # the burst, at the start
+        assert pacer.turn(0.0) == 0.0
+    # Fifty more reach the wire together 0.2 s later: ten tokens have come back.
+    waits = [pacer.turn(0.2) for _ in range(50)]
+    assert waits[:10] == [0.0] * 10
+    sends = [0.2 + w for w in waits]
+    assert all(b - a == pytest.approx(0.02) for a, b in itertools.pairwise(sends[10:]))
+
+
+def test_pacer_at_the_rate_never_waits() -> None:
+    pacer = Pacer(rate=4.0)
+    assert all(pacer.turn(10.0 + i * 0.25) == 0.0 for i in range(100))
+
+
+def test_pacers_keep_the_places_taken_across_a_change_of_rate() -> None:
+    pacers = Pacers()
+    first = pacers.get("evtd_1", 2.0)
+    for _ in range(2):
+        first.turn(0.0)
+    assert first.turn(0.0) > 0
+    again = pacers.get("evtd_1", 4.0)
+    assert again is first
+    assert again.rate == 4.0
+    assert again.turn(0.0) > 0  # no new burst
+    assert pacers.get("evtd_2", 2.0) is not first

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -281,6 +281,28 @@ def note_exchange(exchange: Exchange) -> None:
         box[:] = [exchange]
 
 
+_wire: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("herald_wire", default=None)
+
+
+@contextmanager
+def waiting_turn(turn: Callable[[], Awaitable[None]] | None) -> Iterator[None]:
+    """Inside, :func:`on_the_wire` awaits ``turn`` (once) before a request is written:
+    the engine's pacing of a rate-limited destination (``herald.flow.Pacer``)."""
+    token = _wire.set(turn)
+    try:
+        yield
+    finally:
+        _wire.reset(token)
+
+
+async def on_the_wire() -> None:
+    """Called by an adapter just before its request goes out (the connection ready, the
+    credentials in hand): waits for this attempt's turn, if the engine paces it."""
+    turn = _wire.get()
+    if turn is not None:
+        await turn()
+
+
 class ShuttingDown(Exception):
     """The adapter closed while an attempt waited for a shared client."""
 
@@ -396,6 +418,9 @@ class Adapter(ABC):
     make the SDK connect to exactly that address (:meth:`address`), with TLS
     still verified against the host name: the SDK never resolves a dialled
     name itself."""
+    paces_on_the_wire: ClassVar[bool] = False
+    """True when :meth:`publish` calls :func:`on_the_wire` itself, once its connection
+    is ready; otherwise :meth:`deliver` calls it before :meth:`publish`."""
 
     def __init__(self, ctx: AdapterContext) -> None:
         self.ctx = ctx
@@ -454,6 +479,8 @@ class Adapter(ABC):
         refused = await self._refusal(dest, config)
         if refused is not None:
             return refused
+        if not self.paces_on_the_wire:
+            await on_the_wire()
         return await self.publish(dest, config, event)
 
     async def _refusal(self, dest: Destination, config: DestinationConfig) -> Result | None:

@@ -27,6 +27,7 @@ from abc import abstractmethod
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from ssl import SSLContext
+from types import SimpleNamespace
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import aiohttp
@@ -41,6 +42,7 @@ from herald.adapters.base import (
     PerDestination,
     Result,
     note_exchange,
+    on_the_wire,
 )
 from herald.egress import EgressPolicy, GuardedResolver, TargetCheck, check_url_host
 from herald.errors import EgressDenied
@@ -161,13 +163,29 @@ def new_session(
         enable_cleanup_closed=True,
         local_addr=(local_address, 0) if local_address else None,
     )
+    # A paced request (post) waits for its turn once its connection is ready.
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(_connection_ready)
+    trace.on_connection_reuseconn.append(_connection_ready)
     return aiohttp.ClientSession(
         connector=connector,
+        trace_configs=[trace],
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
         skip_auto_headers=("User-Agent",),
         json_serialize=lambda obj: orjson.dumps(obj).decode(),
         trust_env=False,
     )
+
+
+PACED = "paced"
+"""The ``trace_request_ctx`` of a request that takes a turn of its destination's pacing."""
+
+
+async def _connection_ready(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
+) -> None:
+    if ctx.trace_request_ctx is PACED:
+        await on_the_wire()
 
 
 @asynccontextmanager
@@ -181,10 +199,13 @@ async def request(
     proxy: Proxy | None = None,
     targets: TargetCheck | None = None,
     ssl: SSLContext | None = None,
+    paced: bool = False,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
     """POST ``body`` once, held to ``egress``, and yield the response; the errors are
     the library's (:func:`failure` reads them). ``ssl`` is the destination's own TLS
     (a client certificate, a CA of its own); the connector keys its pool on it.
+    ``paced``: the request waits for the attempt's turn (``on_the_wire``) once its
+    connection is ready (a request to the receiver; not a token request).
 
     Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
     """
@@ -202,6 +223,7 @@ async def request(
         proxy=proxy.url if proxy else None,
         proxy_headers=proxy_headers,
         ssl=ssl if ssl is not None else True,
+        trace_request_ctx=PACED if paced else None,
     ) as resp:
         yield resp
 
@@ -254,6 +276,7 @@ async def post(
             proxy=proxy,
             targets=targets,
             ssl=ssl,
+            paced=True,
         ) as resp:
             # The headers as aiohttp sent them (Host, Content-Length and its own added).
             sent, _ = kept_headers(resp.request_info.headers.items(), hidden)
@@ -310,6 +333,7 @@ class HTTPAdapter(Adapter, Generic[P]):
     """A type that delivers by one HTTP POST; ``P`` is what it prepares per destination."""
 
     resolves_through_guard = True  # the sessions' resolver; behind a proxy, post() checks
+    paces_on_the_wire = True  # post(): once the connection is ready
 
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)

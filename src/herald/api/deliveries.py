@@ -92,7 +92,8 @@ class DeliveryHandlers(ApiBase):
     async def get_replay(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())
         replay = await self.service.replays.get(request[TENANT], request.match_info["id"])
-        view = {**replay_view(replay), "request_id": request[REQUEST_ID]}
+        tenant = request[TENANT]
+        view = {**replay_view(replay, for_tenant=tenant), "request_id": request[REQUEST_ID]}
         return self._respond(schemas.Replay, view)
 
     async def list_replays(self, request: web.Request) -> web.StreamResponse:
@@ -107,7 +108,7 @@ class DeliveryHandlers(ApiBase):
         )
         return self._page(
             request,
-            [replay_view(r) for r in items],
+            [replay_view(r, for_tenant=request[TENANT]) for r in items],
             more,
             endpoint="replays",
             filters=filters,

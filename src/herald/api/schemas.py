@@ -208,7 +208,10 @@ class Replay(_Strict):
     object: Literal["replay"]
     tenant_id: str | None = Field(description="null for an operator-wide replay")
     filter: ReplayFilter
-    by: str = Field(description="who asked: api:<tenant>, cli:<user>, console:<key id>")
+    by: str = Field(
+        description="who asked: api:<tenant>, portal:<tenant>, or operator (the CLI or the"
+        " console: no operator's identity is shown to a tenant)"
+    )
     created_at: str
     finished_at: str | None = Field(description="null while it runs, or if interrupted")
     cut_short: bool = Field(
