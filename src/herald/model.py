@@ -242,9 +242,16 @@ class Attempt:
     response_status: int | None = None
     error: str | None = None
     response_excerpt: str | None = None
-    exchange: Exchange | None = None
+    exchange: Exchange | str | None = None
     """The HTTP request and response headers, for the HTTP types (None for the others,
-    and for attempts made before Herald recorded them)."""
+    and for attempts made before Herald recorded them). A str is the exchange already
+    encoded as its column holds it (``Exchange.to_json``): an attempt process's record
+    carries it so, and the parent writes it as it came, never parsing it on the way."""
+
+    def exchange_parsed(self) -> Exchange | None:
+        """:attr:`exchange` as an :class:`Exchange`, whichever form it is held in."""
+        ex = self.exchange
+        return Exchange.from_json(ex) if isinstance(ex, str) else ex
 
 
 @dataclass(frozen=True, slots=True)

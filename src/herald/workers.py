@@ -9,17 +9,19 @@ records, the API — so one process writes the database (SQLite gets no cross-pr
 lock contention) and the limits (``max_concurrency``, ``max_per_destination``) are
 enforced where the claims are made, exactly as with one process.
 
-Parent and child talk over the child's stdin and stdout, one JSON object per line:
+Parent and child talk over the child's stdin and stdout, one JSON value per line:
 
 - parent → child: first ``{"op":"start"}`` once the database is migrated (a forked
   child waits for it; its input ending first means the daemon gave up), then
-  ``{"op": "attempt", ...}`` (a claimed delivery and its event), or
-  ``{"op": "changed"}`` (destinations changed: reload them). End of input: the
+  a flat JSON array per attempt (:func:`encode_item`: a claimed delivery and its
+  event), or ``{"op": "changed"}`` (destinations changed: reload them). End of input: the
   child finishes what it has, answers, and exits.
 - child → parent: first ``{"op":"ready"}`` once loaded (``herald run`` waits for
-  every child before it serves), then ``{"id": delivery id, "type": ...,
-  "attempt": ..., "status": ...}``, each attempt's record, which the parent stores
-  with the others of its batch.
+  every child before it serves), then each attempt's record as a flat array
+  (:func:`encode_record`: the type, the delivery's next state, the attempt's row),
+  which the parent stores with the others of its batch. The record's exchange (the
+  HTTP headers) crosses as the JSON text its column holds, and the parent writes it
+  as it came: it is never parsed in the daemon.
 
 The children read the destinations (configs, decrypted secrets) from the database
 themselves, as the parent does. A child that dies stops the instance (exit 1), as
@@ -37,10 +39,10 @@ import sys
 import threading
 import traceback
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 import structlog
@@ -50,13 +52,15 @@ from herald.config import Settings
 from herald.dispatch import Dispatcher
 from herald.gctune import settle_after_startup
 from herald.model import (
+    Attempt,
     AttemptRecord,
     DeliveryKind,
     DeliveryStatus,
     DueDelivery,
     Event,
+    Outcome,
 )
-from herald.store.rows import attempt_from_row, attempt_to_row
+from herald.store.rows import attempt_to_row
 from herald.wiring import components
 
 log = structlog.get_logger("herald.workers")
@@ -74,60 +78,117 @@ START_TIMEOUT_SECONDS = 60.0
 
 # --- the wire format ------------------------------------------------------------------------
 def encode_item(item: DueDelivery) -> bytes:
+    """A claimed delivery and its event as a flat JSON array (a control message is an
+    object: the child tells them apart by the first byte)."""
     e = item.event
     return orjson.dumps(
-        {
-            "op": "attempt",
-            "id": item.id,
-            "destination_id": item.destination_id,
-            "kind": item.kind.value,
-            "attempt_count": item.attempt_count,
-            "max_attempts": item.max_attempts,
-            "event": [
-                e.id,
-                e.tenant_id,
-                e.type,
-                e.created_at,
-                e.created_ts,
-                e.data.decode(),
-                e.traceparent,
-            ],
-        }
+        [
+            item.id,
+            item.destination_id,
+            item.kind.value,
+            item.attempt_count,
+            item.max_attempts,
+            e.id,
+            e.tenant_id,
+            e.type,
+            e.created_at,
+            e.created_ts,
+            e.data.decode(),
+            e.traceparent,
+        ]
     )
 
 
-def decode_item(msg: dict[str, Any]) -> DueDelivery:
-    eid, tenant, type_, created_at, created_ts, data, traceparent = msg["event"]
+def is_item(line: bytes) -> bool:
+    """Whether a line to a child is an attempt (:func:`encode_item`), not a control message."""
+    return line[:1] == b"["
+
+
+_KINDS = {k.value: k for k in DeliveryKind}
+
+
+def decode_item(line: bytes) -> DueDelivery:
+    (
+        id_,
+        destination_id,
+        kind,
+        attempt_count,
+        max_attempts,
+        eid,
+        tenant,
+        type_,
+        created_at,
+        created_ts,
+        data,
+        traceparent,
+    ) = orjson.loads(line)
     event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent)
     return DueDelivery(
-        msg["id"],
-        msg["destination_id"],
-        DeliveryKind(msg["kind"]),
-        int(msg["attempt_count"]),
-        int(msg["max_attempts"]),
-        event,
+        id_, destination_id, _KINDS[kind], int(attempt_count), int(max_attempts), event
     )
 
 
 def encode_record(record: AttemptRecord, type_id: str) -> bytes:
+    """One attempt's record as a flat JSON array: the delivery's next state, then the
+    attempt's row in :data:`~herald.store.rows.ATTEMPT_COLUMNS` order, its exchange
+    as the JSON text the column holds (the parent writes it without parsing it)."""
     return orjson.dumps(
-        {
-            "id": record.attempt.delivery_id,
-            "type": type_id,
-            "attempt": attempt_to_row(record.attempt),
-            "status": record.status.value,
-            "next_attempt_at": record.next_attempt_at,
-            "activates": record.activates_destination,
-        }
+        [
+            type_id,
+            record.status.value,
+            record.next_attempt_at,
+            record.activates_destination,
+            *attempt_to_row(record.attempt),
+        ]
     )
 
 
-def decode_record(msg: dict[str, Any]) -> tuple[str, AttemptRecord, str]:
-    attempt = attempt_from_row(msg["attempt"])
-    record = AttemptRecord(
-        attempt, DeliveryStatus(msg["status"]), msg["next_attempt_at"], msg["activates"]
+_OUTCOMES = {o.value: o for o in Outcome}
+_STATUSES = {s.value: s for s in DeliveryStatus}
+
+
+def decode_record(line: bytes) -> tuple[str, AttemptRecord, str]:
+    """:func:`encode_record`'s line back: (delivery id, record, destination type id).
+    The exchange stays the text it came as (``Attempt.exchange`` as a str)."""
+    msg = orjson.loads(line)
+    type_id, status, next_attempt_at, activates, att_id, delivery_id, *rest = msg
+    number, started_at, duration_ms, outcome, response_status, error, excerpt, exchange = rest
+    attempt = Attempt(
+        att_id,
+        delivery_id,
+        number,
+        started_at,
+        duration_ms,
+        _OUTCOMES[outcome],
+        response_status,
+        error,
+        excerpt,
+        exchange,
     )
-    return attempt.delivery_id, record, msg["type"]
+    record = AttemptRecord(attempt, _STATUSES[status], next_attempt_at, activates)
+    return delivery_id, record, type_id
+
+
+READ_CHUNK = 1 << 18
+
+
+async def read_lines(reader: asyncio.StreamReader) -> AsyncIterator[list[bytes]]:
+    """The lines of a pipe, as many at a time as have arrived (one read and one wake-up
+    for all of them, where ``readline`` costs a coroutine each); a line is yielded
+    only once whole, its newline cut. A last line without a newline comes at the end;
+    a line longer than :data:`LINE_LIMIT` is an error (``ValueError``), as with
+    ``readline``."""
+    rest = b""
+    while chunk := await reader.read(READ_CHUNK):
+        if rest:
+            chunk = rest + chunk
+        *lines, rest = chunk.split(b"\n")
+        if len(rest) > LINE_LIMIT:
+            raise ValueError(f"a line longer than {LINE_LIMIT} bytes")
+        if lines:
+            yield lines
+    if rest:
+        yield [rest]
 
 
 class LineBatcher:
@@ -192,14 +253,15 @@ async def serve_worker(settings: Settings) -> int:
 
         follower = asyncio.create_task(follow_catalog(), name="herald-worker-catalog")
         try:
-            while line := await reader.readline():
-                msg = orjson.loads(line)
-                if msg["op"] == "changed":
-                    changed.set()
-                    continue
-                task = asyncio.create_task(make(decode_item(msg)))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+            async for lines in read_lines(reader):
+                for line in lines:
+                    if not is_item(line):
+                        if orjson.loads(line)["op"] == "changed":
+                            changed.set()
+                        continue
+                    task = asyncio.create_task(make(decode_item(line)))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
                 await out.drain()  # at most the parent's in-flight limit waits to be read
             await asyncio.gather(*tasks)
             records.flush()
@@ -454,13 +516,14 @@ class WorkerPool:
     async def _read(self, child: _Child) -> None:
         assert child.proc.stdout is not None
         try:
-            while line := await child.proc.stdout.readline():
-                delivery_id, record, type_id = decode_record(orjson.loads(line))
-                sent = child.waiting.pop(delivery_id, None)
-                if sent is not None:
-                    item, done = sent
-                    record.item = item  # not sent over the pipe: the parent has it
-                    done(item, (record, type_id))
+            async for lines in read_lines(child.proc.stdout):
+                for line in lines:
+                    delivery_id, record, type_id = decode_record(line)
+                    sent = child.waiting.pop(delivery_id, None)
+                    if sent is not None:
+                        item, done = sent
+                        record.item = item  # not sent over the pipe: the parent has it
+                        done(item, (record, type_id))
         finally:
             gone = RuntimeError(f"worker process {child.index} stopped answering")
             unanswered, child.waiting = child.waiting, {}

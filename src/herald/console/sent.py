@@ -39,7 +39,7 @@ def curl_command(method: str, url: str, headers: Any, body: bytes | None) -> str
 def sent_view(a: Attempt, body: bytes | None) -> dict[str, Any]:
     """One attempt's exchange for the page (``recorded`` False: there is none to show,
     because the type sends no HTTP request or the attempt predates the record)."""
-    ex = a.exchange
+    ex = a.exchange_parsed()
     if ex is None:
         return {"number": a.number, "recorded": False}
     return {

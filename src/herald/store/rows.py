@@ -181,8 +181,15 @@ def attempt_to_row(a: Attempt) -> tuple[Any, ...]:
         a.response_status,
         a.error,
         a.response_excerpt,
-        None if a.exchange is None else a.exchange.to_json(),
+        _exchange_text(a.exchange),
     )
+
+
+def _exchange_text(ex: Exchange | str | None) -> str | None:
+    """The exchange column's JSON text: as it came from an attempt process (a str)."""
+    if ex is None or isinstance(ex, str):
+        return ex
+    return ex.to_json()
 
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
