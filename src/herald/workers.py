@@ -90,14 +90,19 @@ def encode_item(item: DueDelivery) -> bytes:
                 e.created_ts,
                 e.data.decode(),
                 e.traceparent,
+                e.ordering_key,
             ],
+            "ordering_key": item.ordering_key,
+            "owner": item.owner,
         }
     )
 
 
 def decode_item(msg: dict[str, Any]) -> DueDelivery:
-    eid, tenant, type_, created_at, created_ts, data, traceparent = msg["event"]
-    event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent)
+    eid, tenant, type_, created_at, created_ts, data, traceparent, key = msg["event"]
+    event = Event(
+        eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent, key
+    )
     return DueDelivery(
         msg["id"],
         msg["destination_id"],
@@ -105,6 +110,8 @@ def decode_item(msg: dict[str, Any]) -> DueDelivery:
         int(msg["attempt_count"]),
         int(msg["max_attempts"]),
         event,
+        ordering_key=msg.get("ordering_key"),
+        owner=msg.get("owner"),
     )
 
 

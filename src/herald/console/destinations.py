@@ -126,6 +126,7 @@ class DestinationPages(Pages):
                 if f.pairs
             },
             "recent": [delivery_view(d) for d in recent],
+            "blocked": await self.service.blocked_keys(dest) if dest.ordering == "key" else [],
             "pending": pending,
             "errors": {},
             "form": None,

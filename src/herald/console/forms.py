@@ -129,7 +129,12 @@ def flow_body(form: Mapping[str, str]) -> dict[str, Any]:
             rate = float(typed)
         except ValueError:
             rate = typed
-    return {"rate_limit_per_second": rate, "circuit_breaker": form.get("circuit_breaker") == "on"}
+    return {
+        "rate_limit_per_second": rate,
+        "circuit_breaker": form.get("circuit_breaker") == "on",
+        # The order per key (docs/ordering.md): a checkbox, as the breaker's.
+        "ordering": "key" if form.get("ordering") == "key" else "none",
+    }
 
 
 def edit_body(
