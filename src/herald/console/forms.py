@@ -115,6 +115,7 @@ def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, A
         "events": split_events(form.get("events", "")),
         type_name: config,
         **flow_body(form),
+        **ordering_body(form),
     }
 
 
@@ -132,9 +133,12 @@ def flow_body(form: Mapping[str, str]) -> dict[str, Any]:
     return {
         "rate_limit_per_second": rate,
         "circuit_breaker": form.get("circuit_breaker") == "on",
-        # The order per key (docs/ordering.md): a checkbox, as the breaker's.
-        "ordering": "key" if form.get("ordering") == "key" else "none",
     }
+
+
+def ordering_body(form: Mapping[str, str]) -> dict[str, Any]:
+    """The order per key (docs/ordering.md) of a create or edit form: a checkbox."""
+    return {"ordering": "key" if form.get("ordering") == "key" else "none"}
 
 
 def edit_body(
@@ -152,6 +156,7 @@ def edit_body(
         "name": form.get("name", ""),
         "events": split_events(form.get("events", "")),
         **flow_body(form),
+        **ordering_body(form),
     }
     repointed = any(
         f.target and form.get(f.input_name, "") != str(stored.get(f.name) or "")
