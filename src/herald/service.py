@@ -195,7 +195,7 @@ class DestinationService:
         assert type_name is not None
         # Every field's problem at once, in one error (the rest in its ``also``).
         found = Problems()
-        found.check(self._known_keys, body, type_name, FLOW_FIELDS)
+        found.check(self._known_keys, body, type_name, (*FLOW_FIELDS, "ordering"))
         name = found.check(name_field, body)
         rate = found.check(rate_field, body)
         breaker = found.check(breaker_field, body)
@@ -327,7 +327,7 @@ class DestinationService:
                     code="type_immutable",
                 )
         found = Problems()
-        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS))
+        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS, "ordering"))
         name = found.check(name_field, body)
         rate = found.check(rate_field, body)
         breaker = found.check(breaker_field, body)

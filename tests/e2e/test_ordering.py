@@ -104,6 +104,11 @@ def create(h: Herald, url: str, ordering: str) -> str:
     return str(made["id"])
 
 
+async def start(h: Herald) -> None:
+    """Start ``h``, with room for a loaded machine's slow start-up."""
+    await asyncio.to_thread(h.start, timeout=90)
+
+
 async def wait_active(h: Herald, dest_id: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -114,6 +119,15 @@ async def wait_active(h: Herald, dest_id: str, timeout: float = 30) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{dest_id} did not become active")
+
+
+async def wait_all_succeeded(h: Herald, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    sql = "SELECT COUNT(*) FROM herald_deliveries WHERE status <> 'success'"
+    while (left := (await asyncio.to_thread(h.query, sql))[0][0]) != 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{left} deliveries not successful\n{h.log()[-3000:]}")
+        await asyncio.sleep(0.1)
 
 
 def delivered(receiver: Receiver) -> set[str]:
@@ -154,7 +168,7 @@ async def run_ledger(
         )
         h.kill()
         assert len(delivered(receiver)) < EVENTS, "the kill came too late to prove anything"
-        await h.astart()
+        await start(h)
     await receiver.wait_for(
         lambda: len(delivered(receiver)) == EVENTS, timeout=90, what="every event delivered"
     )
@@ -165,17 +179,14 @@ async def test_ordered_ledger_keeps_each_key_in_order(
     herald_factory: HeraldFactory, kill: bool
 ) -> None:
     h = herald_factory(start=False)
-    await h.astart()
+    await start(h)
     receiver = await make_receiver().start()
     try:
         await run_ledger(h, receiver, ordering="key", kill_at=EVENTS // 3 if kill else None)
         assert not receiver.errors
         assert reorders(receiver) == []
-        # Every delivery ended well; none waits behind a key any more.
-        left = await asyncio.to_thread(
-            h.query, "SELECT COUNT(*) FROM herald_deliveries WHERE status <> 'success'"
-        )
-        assert left == [(0,)]
+        # Every delivery ends well (its last record may still be on its way).
+        await wait_all_succeeded(h)
     finally:
         await receiver.stop()
 
@@ -183,7 +194,7 @@ async def test_ordered_ledger_keeps_each_key_in_order(
 async def test_unordered_control_run_does_reorder(herald_factory: HeraldFactory) -> None:
     """The same faults without ordering: the ledger sees keys step back."""
     h = herald_factory(start=False)
-    await h.astart()
+    await start(h)
     receiver = await make_receiver().start()
     try:
         await run_ledger(h, receiver, ordering="none")
@@ -209,7 +220,7 @@ async def test_three_instances_keep_each_key_in_order(tmp_path: Path) -> None:
     receiver = await make_receiver().start()
     try:
         for n in nodes:
-            await n.astart()
+            await start(n)
         await run_ledger(nodes[0], receiver, ordering="key")
         assert not receiver.errors
         assert reorders(receiver) == []
