@@ -195,11 +195,12 @@ WHERE id = $6 AND status = 'pending'
 -- Taken first by a relay pass that may plan ordered deliveries, and by a re-queue of
 -- ordered ones: one at a time (until commit), so that the relay's order (order_seq) is
 -- the order it took the outbox rows in, even with several instances relaying
-SELECT value FROM herald_meta WHERE key = 'order_seq' FOR UPDATE
+SELECT count(pg_advisory_xact_lock(7319))
 
 -- order_take --
 -- $1 more order_seq values: the new top comes back (the first is top - $1 + 1)
-UPDATE herald_meta SET value = value + $1 WHERE key = 'order_seq' RETURNING value
+INSERT INTO herald_meta (key, value) VALUES ('order_seq', $1)
+ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value RETURNING value
 
 -- keys_lock --
 -- The (destination, key) pairs of $1 (a JSON array of [destination, key]) are this
