@@ -22,6 +22,7 @@ from bench import (
     idle,
     isolation,
     latency,
+    ordering,
     partner,
     postgres,
     query_plans,
@@ -59,6 +60,7 @@ BENCHMARKS = [
     Benchmark(console.NAME, console.HELP, console.add_arguments, console.run),
     Benchmark(sources.NAME, sources.HELP, sources.add_arguments, sources.run),
     Benchmark(schemas.NAME, schemas.HELP, schemas.add_arguments, schemas.run),
+    Benchmark(ordering.NAME, ordering.HELP, ordering.add_arguments, ordering.run),
     Benchmark(partner.NAME, partner.HELP, partner.add_arguments, partner.run),
 ]
 

@@ -55,6 +55,9 @@ class Catalog:
         # One refresh at a time: an older read finishing after a newer one would put
         # stale destinations (say, a secret from before a rotation) back in place.
         self._refreshing = asyncio.Lock()
+        self.ordered = False
+        """Some destination is ordered (``ordering = "key"``, herald.ordering): the relay
+        then takes the order lock first."""
 
     @property
     def redact(self) -> Redactor:
@@ -101,6 +104,7 @@ class Catalog:
             for t in await self._store.all_event_types()
         }
         self._entries, self._index, self._types = entries, index, types
+        self.ordered = any(e.dest.ordering == "key" for e in entries.values())
         self._version = version
         return True
 

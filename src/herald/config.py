@@ -326,11 +326,20 @@ class RelaySettings(_Section):
     max_payload_bytes: int = Field(default=1_048_576, ge=1024)
 
 
-SOURCE_COLUMNS = ("seq", "id", "tenant_id", "type", "data", "created_at", "traceparent")
+SOURCE_COLUMNS = (
+    "seq",
+    "id",
+    "tenant_id",
+    "type",
+    "data",
+    "created_at",
+    "traceparent",
+    "ordering_key",
+)
 """The outbox columns a source's table has, by Herald's names (``columns`` renames them)."""
-SOURCE_OPTIONAL_COLUMNS = frozenset({"tenant_id", "created_at", "traceparent"})
+SOURCE_OPTIONAL_COLUMNS = frozenset({"tenant_id", "created_at", "traceparent", "ordering_key"})
 """Columns a source's table may lack (mapped to ``""``): every row is then the default
-tenant's, created when Herald reads it, without a trace context."""
+tenant's, created when Herald reads it, without a trace context or an ordering key."""
 SOURCE_DIALECTS = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql"}
 _SOURCE_NAME = re.compile(r"[a-z0-9_-]{1,32}")
 _SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -359,7 +368,8 @@ class SourceSettings(_Section):
     table: str = "herald_outbox"
     columns: dict[str, str] = Field(default_factory=dict)
     """Herald's column name -> the table's, for a table with other names; ``""`` for an
-    optional column the table lacks (``tenant_id``, ``created_at``, ``traceparent``)."""
+    optional column the table lacks (``tenant_id``, ``created_at``, ``traceparent``,
+    ``ordering_key``)."""
 
     @field_validator("name")
     @classmethod

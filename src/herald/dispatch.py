@@ -179,7 +179,13 @@ class Dispatcher:
         self._slots.start_ready()
         if any(r.activates_destination for r in batch):
             self.rescan()  # its held deliveries are due, since they were written
-        elif any(r.next_attempt_at is not None for r in batch):
+        elif any(
+            r.next_attempt_at is not None
+            # An ordered delivery that ended let the next of its key go (herald.ordering):
+            # it is due now.
+            or (r.item is not None and r.item.ordering_key is not None)
+            for r in batch
+        ):
             self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:

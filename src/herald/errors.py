@@ -141,6 +141,10 @@ _RESOLUTION_BY_CODE = {
     "status_invalid": "Use one of the statuses the message lists.",
     "name_invalid": "Give a name of printable characters within the length limit.",
     "rate_limit_invalid": "Give a number of attempts a second above 0, or null for no limit.",
+    "ordering_invalid": "Give ordering as 'none' or 'key'.",
+    "ordering_key_invalid": (
+        "Give an ordering_key of 1 to 255 characters without control characters, or none."
+    ),
     "events_invalid": "Subscribe with fewer patterns, each an event type or ending in '*'.",
     "events_empty": "Subscribe to at least one event type or pattern ('*' for all).",
     "event_pattern_invalid": "Write a pattern as an event type, optionally ending in '*'.",

@@ -10,7 +10,7 @@ custom_headers) are in its config model (herald.adapters.webhook).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from herald.errors import BadRequest, HeraldError, ValidationError
 from herald.ingest import control_problem
@@ -98,6 +98,22 @@ def breaker_field(body: Mapping[str, Any]) -> bool | None:
             "circuit_breaker must be true or false", field="circuit_breaker", code="invalid_type"
         )
     return value
+
+
+def ordering_field(body: Mapping[str, Any]) -> Literal["none", "key"] | None:
+    """A destination's ``ordering``: ``"none"`` or ``"key"``; None when absent."""
+    value = body.get("ordering")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("ordering must be a string", field="ordering", code="invalid_type")
+    if value == "key":
+        return "key"
+    if value == "none":
+        return "none"
+    raise ValidationError(
+        "ordering must be 'none' or 'key'", field="ordering", code="ordering_invalid"
+    )
 
 
 def events_field(body: Mapping[str, Any], *, required: bool) -> tuple[str, ...] | None:

@@ -2,7 +2,9 @@
 dispatcher, which starts them at once, without a claim query or a wake-up.
 
 The dispatcher says how many it can take (:class:`Room`); the relay plans that many
-leased in its own transaction and hands them over once it has committed.
+leased in its own transaction and hands them over once it has committed. A delivery
+of an ordered key that is not its key's head (herald.ordering) is stored waiting,
+never leased: the store decides it under the key's lock, as a claim would skip it.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class Handover:
                     attempt_count=0,
                     max_attempts=d.max_attempts,
                     event=events[d.tenant_id, d.event_id],
+                    ordering_key=d.ordering_key,
+                    owner=None if d.ordering_key is None else self.owner,
                 )
             )
         if not self.adopt(due):

@@ -44,6 +44,17 @@ def control_problem(text: str, name: str) -> str | None:
     return f"{name} contains a {kind} character ({found.group()!r} at {found.start()})"
 
 
+MAX_ORDERING_KEY_LENGTH = 255
+
+
+def ordering_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be an ordering key: empty, longer than 255 characters, or
+    holding a control or format character (it is shown, logged and sent as a header)."""
+    if not key or len(key) > MAX_ORDERING_KEY_LENGTH:
+        return f"ordering_key must be 1 to {MAX_ORDERING_KEY_LENGTH} characters"
+    return control_problem(key, "ordering_key")
+
+
 def reserved_type_problem(event_type: str) -> str | None:
     """Why a producer or an API client may not publish ``event_type``: it is under the
     ``herald.`` prefix, which only Herald's own operational events use."""
@@ -210,6 +221,11 @@ def parse_row(row: OutboxRow, *, max_payload_bytes: int, marks: Marks | None = N
         instant = parse_timestamp(created_raw)
     except ValueError as exc:
         raise Reject("invalid_created_at", str(exc)) from exc
+    key = None
+    if row.ordering_key is not None:
+        key = _text(row.ordering_key, "ordering_key")
+        if (problem := ordering_key_problem(key)) is not None:
+            raise Reject("invalid_ordering_key", problem)
     return Event(
         id=event_id,
         tenant_id=tenant,
@@ -218,4 +234,5 @@ def parse_row(row: OutboxRow, *, max_payload_bytes: int, marks: Marks | None = N
         created_ts=instant.epoch,
         data=payload,
         traceparent=valid_traceparent(row.traceparent),
+        ordering_key=key,
     )

@@ -88,8 +88,10 @@ class Event:
     at ingestion; None when it came without one (or with an invalid one). Attempts
     carry it as the ``traceparent`` header / attribute (see docs/observability.md)."""
     ordering_key: str | None = None
-    """The producer's ordering key (issue 25), or None. The adapters of types with
-    native ordering carry it (docs/destinations.md, "Ordering per destination type")."""
+    """The producer's ordering key (docs/ordering.md): a destination with ``ordering =
+    "key"`` receives the events of one key one at a time, in the relay's order; the
+    adapters of types with native ordering carry it (docs/destinations.md, "Ordering
+    per destination type"). None: no order asked."""
 
     def envelope(self) -> bytes:
         """The message body every adapter sends: ``{"id","type","created_at","data"}``."""
@@ -156,8 +158,9 @@ class Destination:
     circuit: Circuit | None = None
     """Its circuit as last stored (read only; None when the breaker is off)."""
     ordering: Literal["none", "key"] = "none"
-    """``key``: deliveries of one ordering key go one at a time, in order (issue 25);
-    ``none``: no order. The adapters with native ordering read it."""
+    """``key``: the events of one ordering key are delivered one at a time, each only
+    after every earlier one of its key ended (docs/ordering.md), and the adapters with
+    native ordering use the key; ``none``: no order."""
 
     @property
     def deleted(self) -> bool:
@@ -301,6 +304,9 @@ class NewDelivery:
     lease_owner: str | None = None
     """Set when the relay hands the delivery straight to its own dispatcher: it is
     inserted claimed, and the claim query never has to find it."""
+    ordering_key: str | None = None
+    """The event's ordering key: kept on the delivery (with its ``order_seq``) only if
+    its destination, as committed, is ordered (``herald.store.part``)."""
 
 
 @dataclass(slots=True)
@@ -319,6 +325,8 @@ class OutboxRow:
     traceparent: bytes | None = None
     """The producer's W3C ``traceparent``, if it wrote one: an invalid one is dropped
     (with a warning), never a reason to reject the row."""
+    ordering_key: bytes | None = None
+    """The producer's ordering key, if it wrote one (checked: ``invalid_ordering_key``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +374,26 @@ class DueDelivery:
     event: Event
     due_at: float = 0.0
     """When it was due (its ``next_attempt_at`` before the claim leased it)."""
+    ordering_key: str | None = None
+    """Set when the delivery is ordered (its destination's ``ordering`` is ``key``): the
+    recording that ends it releases the next of its key, and only while its lease is
+    still ``owner``'s."""
+    owner: str | None = None
+    """Who leased it (this instance's id), for that check."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedKey:
+    """An ordered destination's key whose next deliveries wait for its head."""
+
+    key: str
+    head_id: str
+    """The delivery they wait for (pending: retrying, or in flight)."""
+    head_attempts: int
+    head_next_attempt_at: float | None
+    in_flight: bool
+    waiting: int
+    """Deliveries of the key behind it."""
 
 
 @dataclass(slots=True)

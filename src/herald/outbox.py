@@ -29,6 +29,7 @@ from herald.ids import new_id
 from herald.ingest import (
     Reject,
     about_destination,
+    ordering_key_problem,
     parse_row,
     reserved_type_problem,
     traceparent_problem,
@@ -164,6 +165,7 @@ class Relay:
                         held=held,
                         created_at=ts,
                         lease_owner=None if lease is None else lease.owner,
+                        ordering_key=event.ordering_key if entry.dest.ordering == "key" else None,
                     )
                 )
         return plan
@@ -178,6 +180,7 @@ class Relay:
                 self._batch,
                 functools.partial(self.process, room=room),
                 destinations_version=self._catalog.version,
+                ordered=self._catalog.ordered,
             )
             if count != STALE_CATALOG:
                 break
@@ -203,6 +206,7 @@ class Relay:
                 rows,
                 functools.partial(self.process, room=room),
                 destinations_version=self._catalog.version,
+                ordered=self._catalog.ordered,
             )
             if done is not None:
                 self._committed(done[0], room, started, len(rows), source=source)
@@ -324,6 +328,7 @@ def publish(
     id: str | None = None,
     created_at: str | None = None,
     traceparent: str | None = None,
+    ordering_key: str | None = None,
     table: str = "herald_outbox",
 ) -> str:
     """Write one event into the outbox ``table`` on the producer's own connection: any
@@ -335,10 +340,15 @@ def publish(
     database, or an ``[[outbox.sources]]`` entry's).
     ``traceparent`` (the producer's current W3C trace context) continues its trace
     into the receivers; written as given, an invalid one is dropped by the relay with
-    a warning, never the event. Returns the event id.
+    a warning, never the event. ``ordering_key``: a destination with ``ordering =
+    "key"`` receives the events of one key one at a time, in order (docs/ordering.md);
+    the table needs the ``ordering_key`` column (``herald outbox schema`` has it).
+    Returns the event id.
     """
     validate_event_type(type)
     if (problem := reserved_type_problem(type)) is not None:
+        raise ValueError(problem)
+    if ordering_key is not None and (problem := ordering_key_problem(ordering_key)):
         raise ValueError(problem)
     event_id = id or new_id("evt_")
     if not event_id.startswith("evt_"):
@@ -349,15 +359,22 @@ def publish(
     if driver in _MYSQL_DRIVERS:
         # MySQL's DATETIME takes neither the T nor the Z: the same UTC instant, its way.
         when = when.replace("T", " ").removesuffix("Z")
-    values = (event_id, tenant_id, type, orjson.dumps(data).decode(), when, traceparent)
+    columns = "id, tenant_id, type, data, created_at, traceparent"
+    values: tuple[str | None, ...] = (
+        event_id,
+        tenant_id,
+        type,
+        orjson.dumps(data).decode(),
+        when,
+        traceparent,
+    )
+    if ordering_key is not None:  # (a table made before ordering may lack the column)
+        columns += ", ordering_key"
+        values += (ordering_key,)
     marks = ", ".join(mark.format(n=n) for n in range(1, len(values) + 1))
     cursor = conn.cursor()
     try:
-        cursor.execute(
-            f"INSERT INTO {table} (id, tenant_id, type, data, created_at, traceparent)"
-            f" VALUES ({marks})",
-            values,
-        )
+        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", values)
     finally:
         cursor.close()
     return event_id

@@ -34,17 +34,24 @@ from herald.fields import (
     config_lengths,
     events_field,
     name_field,
+    ordering_field,
     rate_field,
     str_field,
 )
 from herald.ids import new_id
-from herald.ingest import event_id_problem, reserved_type_problem, traceparent_problem
+from herald.ingest import (
+    event_id_problem,
+    ordering_key_problem,
+    reserved_type_problem,
+    traceparent_problem,
+)
 from herald.match import SubscriptionIndex, validate_event_type
 from herald.model import (
     DEFAULT_TENANT,
     TEST_EVENT_TYPE,
     VERIFICATION_EVENT_TYPE,
     Attempt,
+    BlockedKey,
     Delivery,
     DeliveryFilter,
     DeliveryKind,
@@ -188,10 +195,11 @@ class DestinationService:
         assert type_name is not None
         # Every field's problem at once, in one error (the rest in its ``also``).
         found = Problems()
-        found.check(self._known_keys, body, type_name, FLOW_FIELDS)
+        found.check(self._known_keys, body, type_name, (*FLOW_FIELDS, "ordering"))
         name = found.check(name_field, body)
         rate = found.check(rate_field, body)
         breaker = found.check(breaker_field, body)
+        ordering = found.check(ordering_field, body)
         if name is None and not found.about("name"):
             found.add(ValidationError("name is required", field="name", code="field_required"))
         events = found.check(events_field, body, required=True)
@@ -230,6 +238,7 @@ class DestinationService:
             updated_at=now,
             rate_limit_per_second=rate,
             circuit_breaker=bool(breaker),
+            ordering=ordering or "none",
         )
         await self._within_destination_limit(tenant_id)
         await self.store.create_destination(dest, verification=self._verification(dest, now))
@@ -318,10 +327,11 @@ class DestinationService:
                     code="type_immutable",
                 )
         found = Problems()
-        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS))
+        found.check(self._known_keys, body, current.type, ("status", *FLOW_FIELDS, "ordering"))
         name = found.check(name_field, body)
         rate = found.check(rate_field, body)
         breaker = found.check(breaker_field, body)
+        ordering = found.check(ordering_field, body)
         events = found.check(events_field, body, required=False)
         payload_filter = found.check(filter_field, body)
         status_raw = found.check(str_field, body, "status", required=False)
@@ -349,6 +359,8 @@ class DestinationService:
                 changes["rate_limit_per_second"] = rate
             if breaker is not None:
                 changes["circuit_breaker"] = breaker
+            if ordering is not None:
+                changes["ordering"] = ordering
             if raw is not None and given is not None:
                 stored = self._merged(dest)
                 old = self.registry.parse_config(dest.type, stored)
@@ -603,6 +615,11 @@ class DestinationService:
         chosen = [e for e in recent if types.match(e.type)][:FILTER_TEST_EVENTS]
         return spec, [(e, compiled is None or compiled.matches(document_of(e))) for e in chosen]
 
+    async def blocked_keys(self, dest: Destination, *, limit: int = 50) -> list[BlockedKey]:
+        """An ordered destination's keys whose next deliveries wait, each with the
+        delivery they wait for (docs/ordering.md)."""
+        return await self.store.blocked_keys(dest.id, limit=limit)
+
     # --- events -------------------------------------------------------------
     async def publish(
         self,
@@ -613,6 +630,7 @@ class DestinationService:
         event_id: str | None = None,
         created_at: str | None = None,
         traceparent: str | None = None,
+        ordering_key: str | None = None,
     ) -> Event:
         """Write one event into the outbox (for producers that cannot write it themselves).
         An invalid ``traceparent`` is dropped with a warning, as the relay drops a row's:
@@ -625,6 +643,8 @@ class DestinationService:
             raise ValidationError(problem, field="type", code="event_type_reserved")
         if not isinstance(data, dict):
             raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
+        if ordering_key is not None and (problem := ordering_key_problem(ordering_key)):
+            raise ValidationError(problem, field="ordering_key", code="ordering_key_invalid")
         await self._check_schema(tenant_id, type, data)
         if event_id is None:
             event_id = new_id("evt_")
@@ -652,10 +672,18 @@ class DestinationService:
             data=payload,
             created_at=instant_text,
             traceparent=traceparent or None,
+            ordering_key=ordering_key,
         )
         self._on_change()
         return Event(
-            event_id, tenant_id, type, instant_text, instant_ts, payload, traceparent or None
+            event_id,
+            tenant_id,
+            type,
+            instant_text,
+            instant_ts,
+            payload,
+            traceparent or None,
+            ordering_key,
         )
 
     async def _check_schema(self, tenant_id: str, type: str, data: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ def destination_view(dest: Destination, registry: Registry) -> dict[str, Any]:
         "verification": verification_view(dest),
         "rate_limit_per_second": dest.rate_limit_per_second,
         "circuit_breaker": dest.circuit_breaker,
+        "ordering": dest.ordering,
         "circuit": circuit_view(dest),
         "created_at": _ts(dest.created_at),
         "updated_at": _ts(dest.updated_at),
@@ -174,6 +175,7 @@ def event_view(e: Event) -> dict[str, Any]:
         "type": e.type,
         "created_at": e.created_at,
         "data": orjson.loads(e.data),
+        "ordering_key": e.ordering_key,
     }
 
 

@@ -95,6 +95,9 @@ def encode_item(item: DueDelivery) -> bytes:
             e.created_ts,
             e.data.decode(),
             e.traceparent,
+            e.ordering_key,
+            item.ordering_key,
+            item.owner,
         ]
     )
 
@@ -121,10 +124,22 @@ def decode_item(line: bytes) -> DueDelivery:
         created_ts,
         data,
         traceparent,
+        event_key,
+        ordering_key,
+        owner,
     ) = orjson.loads(line)
-    event = Event(eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent)
+    event = Event(
+        eid, tenant, type_, created_at, float(created_ts), data.encode(), traceparent, event_key
+    )
     return DueDelivery(
-        id_, destination_id, _KINDS[kind], int(attempt_count), int(max_attempts), event
+        id_,
+        destination_id,
+        _KINDS[kind],
+        int(attempt_count),
+        int(max_attempts),
+        event,
+        ordering_key=ordering_key,
+        owner=owner,
     )
 
 

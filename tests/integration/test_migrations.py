@@ -95,6 +95,8 @@ async def database_at(
         with monkeypatch.context() as m:  # the migrations it knows, while it opens
             m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
             store = make()
+            if version < 19:
+                unordered(store)
             if version < 16:
                 unrecorded(store)
             if version < 13:
@@ -124,6 +126,43 @@ async def database_at(
             db.close()
         if backend == "postgres":
             await drop_postgres_database(url)
+
+
+def unordered(store: Store) -> None:
+    """Make ``store`` a Herald before 0019: no ordering key on outbox rows, events and
+    deliveries, no ordering on destinations (the last values of their rows left out)."""
+    dialect = store.dialect
+    queries = dialect._q
+    dialect._q = {
+        **queries,
+        "relay_claim": re.sub(
+            r",\s*(CAST|convert_to)\(ordering_key[^)]*\)", "", queries["relay_claim"]
+        ),
+        "insert_events": queries["insert_events"]
+        .replace(", ordering_key)", ")")
+        .replace(", ?9)", ")")
+        .replace(", $9::text[])", ")"),
+        "insert_deliveries": queries["insert_deliveries"]
+        .replace(", ordering_key, order_seq", "")
+        .replace(", ?12, ?13", "")
+        .replace(", $12::text[], $13::int8[]", ""),
+        "destination_statuses": queries["destination_statuses"].replace(
+            "id, status, ordering", "id, status, 'none'"
+        ),
+        "finish_attempts": queries["finish_attempts"]
+        .replace("(ordering_key IS NULL OR lease_owner IS NULL OR lease_owner = ?7)", "?7 IS ?7")
+        .replace(
+            "(ordering_key IS NULL OR lease_owner IS NULL OR lease_owner = $7)",
+            "($7::text IS NULL OR $7::text IS NOT NULL)",
+        ),
+    }
+    trim = {"insert_events": 8, "insert_deliveries": 11}
+    inner = dialect.insert_many
+
+    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        await inner(conn, name, [r[: trim[name]] for r in rows] if name in trim else rows)
+
+    dialect.insert_many = insert_many
 
 
 def untraced(store: Store) -> None:

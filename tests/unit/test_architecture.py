@@ -49,6 +49,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.payload_filter",
         "herald.eventschema",
         "herald.flow",
+        "herald.ordering",
     ),
     # The edges of the engine: the database, the destinations, producers' databases.
     ("herald.store", "herald.adapters", "herald.sourcedb"),

@@ -87,12 +87,14 @@ def test_the_create_form_becomes_the_apis_body(registry: Registry) -> None:
         },
         "rate_limit_per_second": None,
         "circuit_breaker": False,
+        "ordering": "none",
     }
     assert forms.edit_body({"name": "n", "events": "a.b"}, "webhook", fields, {}) == {
         "name": "n",
         "events": ["a.b"],
         "rate_limit_per_second": None,
         "circuit_breaker": False,
+        "ordering": "none",
     }
     # The config as edited: a masked credential goes back as shown (the service keeps
     # it), an emptied field is removed, a key/value field without a row too.

@@ -124,8 +124,8 @@ def test_statements_follow_the_tables_names() -> None:
         source(table="app.outbox", columns={"id": "event_id", "tenant_id": "", "data": "payload"})
     )
     assert db.select_sql == (
-        "SELECT `seq`, `event_id`, NULL, `type`, `payload`, `created_at`, `traceparent`"
-        " FROM `app`.`outbox` ORDER BY `seq` LIMIT %s"
+        "SELECT `seq`, `event_id`, NULL, `type`, `payload`, `created_at`, `traceparent`,"
+        " `ordering_key` FROM `app`.`outbox` ORDER BY `seq` LIMIT %s"
     )
     assert db.delete_statement([9, 3, 4]) == (
         "DELETE FROM `app`.`outbox` WHERE `seq` IN (%s, %s, %s)",
@@ -139,9 +139,9 @@ def test_statements_follow_the_tables_names() -> None:
     assert db.delete_statement([7]) == ("DELETE FROM `app`.`outbox` WHERE `seq` IN (%s)", [7])
     pg = open_source(source(url="postgresql://db/shop", columns={"created_at": ""}))
     assert pg.select_sql.endswith(
-        'NULL, "traceparent" FROM "herald_outbox" ORDER BY "seq" LIMIT $1'
+        'NULL, "traceparent", "ordering_key" FROM "herald_outbox" ORDER BY "seq" LIMIT $1'
     )
-    [row] = pg.rows([(1, "evt_1", None, "a.b", '{"x": 1}', None, None)])
+    [row] = pg.rows([(1, "evt_1", None, "a.b", '{"x": 1}', None, None, None)])
     assert row.created_at is not None  # read time stands in for a missing created_at
 
 

@@ -76,6 +76,7 @@ class EventHandlers(ApiBase):
                 created_at=body.created_at,
                 # Several traceparent headers are invalid (W3C): joined, they fail the check.
                 traceparent=",".join(request.headers.getall("traceparent", ())) or None,
+                ordering_key=body.ordering_key,
             )
             return self._respond(schemas.Event, event_view(event), status=202)
 

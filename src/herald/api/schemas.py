@@ -108,6 +108,7 @@ class Event(_Strict):
     type: str
     created_at: str
     data: dict[str, Any]
+    ordering_key: str | None = Field(description="the producer's ordering key, if any")
 
 
 class VerificationAttempt(_Strict):
@@ -156,6 +157,10 @@ _RATE_FIELD = Field(
     description="attempts to this destination start no faster than this many a second"
     " (a token bucket holding one second's worth); null: no limit",
     json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_RATE_PER_SECOND},
+)
+_ORDERING = (
+    "key: the events of one ordering_key are delivered one at a time, each after every"
+    " earlier one of its key ended (docs/ordering.md); none (default): no order"
 )
 _BREAKER_FIELD = Field(
     description="open the circuit after delivery.breaker_failures consecutive failed"
@@ -301,6 +306,11 @@ class EventCreate(_Strict):
         default=None, description="evt_… id; generated if absent"
     )
     created_at: str | None = Field(default=None, description="RFC 3339; default now")
+    ordering_key: Annotated[str, _documented(minLength=1, maxLength=255)] | None = Field(
+        default=None,
+        description="events of one key reach a destination with ordering 'key' one at a"
+        " time, in order (docs/ordering.md); 1 to 255 characters, no control characters",
+    )
 
 
 class _Aliased(_Strict):
@@ -409,6 +419,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         filter=_FILTER_FIELD,
         rate_limit_per_second=(float | None, _RATE_FIELD),
         circuit_breaker=(bool, Field(default=False, description=_BREAKER_FIELD.description)),
+        ordering=(Literal["none", "key"], Field(default="none", description=_ORDERING)),
         **create_fields,
     )
     update = create_model(
@@ -427,6 +438,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         ),
         rate_limit_per_second=(float | None, _RATE_FIELD),
         circuit_breaker=(bool | None, Field(default=None, description=_BREAKER_FIELD.description)),
+        ordering=(Literal["none", "key"] | None, Field(default=None, description=_ORDERING)),
         **update_fields,
     )
     destination = create_model(
@@ -443,6 +455,7 @@ def destination_models(registry: Registry) -> DestinationModels:
         health=(DestinationHealth | None, None),
         rate_limit_per_second=(float | None, _RATE_FIELD),
         circuit_breaker=(bool, ...),
+        ordering=(Literal["none", "key"], Field(description=_ORDERING)),
         circuit=(
             CircuitState | None,
             Field(description="its circuit breaker's state; null when the breaker is off"),

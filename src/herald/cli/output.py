@@ -151,6 +151,7 @@ def print_flow(v: dict[str, Any]) -> None:
     """Under one destination: its rate limit and its circuit (docs/flow-control.md)."""
     rate = v.get("rate_limit_per_second")
     print(f"{'rate limit':12} {'-' if rate is None else f'{rate:g}/s'}")
+    print(f"{'ordering':12} {v.get('ordering', 'none')}")
     circuit = v.get("circuit")
     if circuit is None:
         print(f"{'circuit':12} breaker off")

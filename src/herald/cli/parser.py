@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the producer's W3C trace context, sent on to the receivers"
         " (an invalid one is dropped with a warning)",
     )
+    emit.add_argument(
+        "--ordering-key",
+        help="the event's ordering key: a destination with ordering 'key' gets the events"
+        " of one key one at a time, in order (docs/ordering.md)",
+    )
 
     keys = _group(sub, "keys", "API keys and operator keys; rotate the encryption key")
     command = functools.partial(_command, keys)

@@ -51,6 +51,7 @@ async def cmd_emit(settings: Settings, args: argparse.Namespace) -> int:
             event_id=args.id,
             created_at=args.created_at,
             traceparent=args.traceparent,
+            ordering_key=args.ordering_key,
         )
     if args.json:
         print_json(event_view(event))

@@ -136,6 +136,7 @@ class DestinationPages(Pages):
             },
             "recent": [delivery_view(d) for d in recent],
             "catalog_types": await self._catalog(dest.tenant_id),
+            "blocked": await self.service.blocked_keys(dest) if dest.ordering == "key" else [],
             "pending": pending,
             "errors": {},
             "form": None,

@@ -138,6 +138,7 @@ def create_body(form: Mapping[str, str], fields: list[FormField]) -> dict[str, A
         "events": form_events(form),
         type_name: config,
         **flow_body(form),
+        **ordering_body(form),
     }
 
 
@@ -152,7 +153,15 @@ def flow_body(form: Mapping[str, str]) -> dict[str, Any]:
             rate = float(typed)
         except ValueError:
             rate = typed
-    return {"rate_limit_per_second": rate, "circuit_breaker": form.get("circuit_breaker") == "on"}
+    return {
+        "rate_limit_per_second": rate,
+        "circuit_breaker": form.get("circuit_breaker") == "on",
+    }
+
+
+def ordering_body(form: Mapping[str, str]) -> dict[str, Any]:
+    """The order per key (docs/ordering.md) of a create or edit form: a checkbox."""
+    return {"ordering": "key" if form.get("ordering") == "key" else "none"}
 
 
 def edit_body(
@@ -170,6 +179,7 @@ def edit_body(
         "name": form.get("name", ""),
         "events": form_events(form),
         **flow_body(form),
+        **ordering_body(form),
     }
     repointed = any(
         f.target and form.get(f.input_name, "") != str(stored.get(f.name) or "")

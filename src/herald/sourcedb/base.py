@@ -15,7 +15,16 @@ from herald.model import OutboxRow
 from herald.timeutil import format_epoch, now, parse_timestamp
 
 # The columns read, in OutboxRow's order (``about`` is Herald's own, never a source's).
-READ_COLUMNS = ("seq", "id", "tenant_id", "type", "data", "created_at", "traceparent")
+READ_COLUMNS = (
+    "seq",
+    "id",
+    "tenant_id",
+    "type",
+    "data",
+    "created_at",
+    "traceparent",
+    "ordering_key",
+)
 
 
 class SourceError(Exception):
@@ -68,6 +77,13 @@ class SourceDB(ABC):
         self.select_sql = (
             f"SELECT {', '.join(cols)} FROM {table} ORDER BY {seq} LIMIT {self.param(1)}"
         )
+        # A table made before ordering existed has no ordering_key: read NULL for it
+        # (found at open) unless the settings name the column.
+        self._keyless_sql = (
+            f"SELECT {', '.join(cols[:-1])}, NULL FROM {table} ORDER BY {seq} LIMIT {self.param(1)}"
+            if "ordering_key" not in settings.columns and cols[-1] != "NULL"
+            else self.select_sql
+        )
         self.delete_sql = f"DELETE FROM {table} WHERE {seq} IN ({{seqs}})"
         self.range_delete_sql = (
             f"DELETE FROM {table} WHERE {seq} BETWEEN {self.param(1)} AND {self.param(2)}"
@@ -75,6 +91,14 @@ class SourceDB(ABC):
         created = settings.column("created_at")
         oldest = f"MIN({q}{created}{q})" if created else "NULL"
         self.stats_sql = f"SELECT COUNT(*), {oldest} FROM {table}"
+
+    def keyless(self, exc: BaseException) -> bool:
+        """After the first read at open failed with ``exc``: whether it was for the
+        ``ordering_key`` column the table lacks (then reads leave it out from now on)."""
+        if self.select_sql == self._keyless_sql or "ordering_key" not in str(exc):
+            return False
+        self.select_sql = self._keyless_sql
+        return True
 
     @staticmethod
     def param(n: int) -> str:
@@ -95,6 +119,7 @@ class SourceDB(ABC):
                     data=raw(r[4]),
                     created_at=stamp if self._created_missing else raw(r[5]),
                     traceparent=raw(r[6]),
+                    ordering_key=raw(r[7]),
                 )
             )
         return out

@@ -59,7 +59,12 @@ class MySQLSource(SourceDB):
                 ),
                 CONNECT_TIMEOUT_SECONDS,
             )
-            await self._query(self.select_sql, (0,))
+            try:
+                await self._query(self.select_sql, (0,))
+            except Exception as exc:
+                if not self.keyless(exc):
+                    raise
+                await self._query(self.select_sql, (0,))
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -48,7 +48,12 @@ class PostgresSource(SourceDB):
             self._conn = await asyncpg.connect(
                 self.settings.url, timeout=CONNECT_TIMEOUT_SECONDS, statement_cache_size=0
             )
-            await self._conn.fetch(self.select_sql, 0)
+            try:
+                await self._conn.fetch(self.select_sql, 0)
+            except asyncpg.UndefinedColumnError as exc:
+                if not self.keyless(exc):
+                    raise
+                await self._conn.fetch(self.select_sql, 0)
             if self._callback is not None:
                 await self._listen(self._callback)
 

@@ -47,7 +47,12 @@ class SQLiteSource(SourceDB):
         async with self._errors():
             self._conn = await aiosqlite.connect(self.path, isolation_level=None)
             await self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await self._conn.execute_fetchall(self.select_sql, (0,))
+            try:
+                await self._conn.execute_fetchall(self.select_sql, (0,))
+            except Exception as exc:
+                if not self.keyless(exc):
+                    raise
+                await self._conn.execute_fetchall(self.select_sql, (0,))
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -53,6 +53,8 @@ class DestinationStore(StorePart):
             await self.dialect.execute(c, "create_destination", *row[:11])
             if row[11] is not None:
                 await self.dialect.execute(c, "set_destination_filter", row[11], dest.id)
+            if dest.ordering != "none":
+                await self.dialect.execute(c, "set_destination_ordering", dest.ordering, dest.id)
             if dest.rate_limit_per_second is not None or dest.circuit_breaker:
                 flow = Flow(dest.id)
                 configured(flow, dest.rate_limit_per_second, dest.circuit_breaker, dest.created_at)
@@ -78,10 +80,20 @@ class DestinationStore(StorePart):
         row = destination_to_row(dest, self._box)
         async with d.tx() as c:
             written = await d.execute(
-                c, "update_destination", *row[2:8], row[9], row[0], expected_updated_at, row[11]
+                c,
+                "update_destination",
+                *row[2:8],
+                row[9],
+                row[0],
+                expected_updated_at,
+                row[11],
+                row[12],
             )
             if not written:
                 return False
+            if dest.ordering == "none":
+                # Its deliveries waiting behind a key's head flow now (docs/ordering.md).
+                await d.execute(c, "unorder_deliveries", dest.id)
             await self._set_held(c, dest.id, held=dest.status != DestinationStatus.ACTIVE)
             await self._configure_flow(c, dest)
             if verification is not None:

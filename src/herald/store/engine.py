@@ -7,11 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+import orjson
+
 from herald.errors import Conflict, StorageError
 from herald.flow import CLOSED, BreakerSettings, admit
 from herald.model import (
     AttemptRecord,
     DeliveryKind,
+    DeliveryStatus,
     DueDelivery,
     Instance,
     OutboxRow,
@@ -50,7 +53,12 @@ class EngineStore(StorePart):
 
     # --- outbox -----------------------------------------------------------
     async def relay(
-        self, limit: int, process: RelayProcessor, *, destinations_version: int | None = None
+        self,
+        limit: int,
+        process: RelayProcessor,
+        *,
+        destinations_version: int | None = None,
+        ordered: bool = False,
     ) -> tuple[RelayPlan, int]:
         """Claim up to ``limit`` outbox rows in ``seq`` order, apply ``process``'s plan
         and delete the rows, all in one transaction; returns the plan and the row count.
@@ -62,12 +70,18 @@ class EngineStore(StorePart):
         Deliveries planned with a ``lease_owner`` are stored claimed by it; the
         plan's ``leased`` lists those that really are. One the committed status of
         its destination holds (a change after the version check) is stored unleased
-        and due now instead, and one whose destination is gone is not stored."""
+        and due now instead, and one whose destination is gone is not stored.
+
+        ``ordered``: some destination is ordered (herald.ordering): the pass takes the
+        order lock first, so that passes on several instances take the rows, and
+        number their deliveries, one after the other."""
         d = self.dialect
         if self._outbox_idle and not await d.read("outbox_any"):
             return RelayPlan(), 0
         self._outbox_idle = False
         async with d.tx() as c:
+            if ordered:
+                await d.fetch(c, "order_lock")
             if destinations_version is not None:
                 current = await d.fetchval(c, "destinations_version")
                 if int(current) != destinations_version:
@@ -98,13 +112,22 @@ class EngineStore(StorePart):
         data: bytes,
         created_at: str,
         traceparent: str | None = None,
+        ordering_key: str | None = None,
     ) -> None:
         d = self.dialect
         exists = Conflict(f"event {id} already exists", field="id", code="event_exists")
         try:
             async with d.tx() as c:
                 inserted = await d.execute(
-                    c, "insert_outbox", id, tenant_id, type, data.decode(), created_at, traceparent
+                    c,
+                    "insert_outbox",
+                    id,
+                    tenant_id,
+                    type,
+                    data.decode(),
+                    created_at,
+                    traceparent,
+                    ordering_key,
                 )
                 # With concurrent writers, the relay may move an outbox row with this id
                 # to herald_events while the INSERT runs: its NOT EXISTS read the older
@@ -165,7 +188,17 @@ class EngineStore(StorePart):
                 )
             }
         return [
-            DueDelivery(r[0], r[1], DeliveryKind(r[2]), r[3], r[4], events[r[5], r[6]], r[7])
+            DueDelivery(
+                r[0],
+                r[1],
+                DeliveryKind(r[2]),
+                r[3],
+                r[4],
+                events[r[5], r[6]],
+                r[7],
+                ordering_key=r[9],
+                owner=None if r[9] is None else owner,
+            )
             for r in claimed
         ]
 
@@ -253,6 +286,16 @@ class EngineStore(StorePart):
                 str(r[0]): DestinationState(str(r[1]), int(r[2]), r[3])
                 for r in await d.lock_for_attempts(c, every, must)
             }
+            keyed = sorted(
+                {
+                    (r.item.destination_id, r.item.ordering_key)
+                    for r in records
+                    if r.item is not None and r.item.ordering_key is not None
+                }
+            )
+            if keyed:
+                # After the destinations, before the deliveries (herald.ordering).
+                await d.fetch(c, "keys_lock", orjson.dumps(keyed).decode())
             await d.executemany(c, "insert_attempts", [attempt_to_row(r.attempt) for r in records])
             await d.executemany(
                 c,
@@ -265,10 +308,22 @@ class EngineStore(StorePart):
                         now,
                         r.attempt.id,
                         r.attempt.delivery_id,
+                        None if r.item is None else r.item.owner,
                     )
                     for r in records
                 ],
             )
+            if keyed:
+                # An ordered delivery that ended lets the next of its key go.
+                ended = [
+                    (r.attempt.delivery_id, now)
+                    for r in records
+                    if r.item is not None
+                    and r.item.ordering_key is not None
+                    and r.status is not DeliveryStatus.PENDING
+                ]
+                if ended:
+                    await d.executemany(c, "release_next", ended)
             for r in records:
                 if r.activates_destination is not None:
                     await self._activate_if_pending(

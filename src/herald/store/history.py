@@ -9,8 +9,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from herald.ingest import Reject, parse_row
 from herald.model import (
+    BlockedKey,
     Delivery,
     DeliveryFilter,
     Event,
@@ -19,6 +22,7 @@ from herald.model import (
     Replay,
     ReplayOutcome,
 )
+from herald.ordering import Requeued, heads, requeue_order, take
 from herald.store.counters import purge_hours
 from herald.store.part import StorePart
 from herald.store.rows import (
@@ -130,8 +134,54 @@ class HistoryStore(StorePart):
         latest replay owns a delivery); without, they keep the one they carry."""
         if not ids:
             return 0
-        async with self.dialect.tx() as c:
-            return await self.dialect.execute(c, "requeue", 0, now, replay_id, list(ids))
+        d = self.dialect
+        async with d.tx() as c:
+            keyed = await d.fetch(c, "requeue_keys", list(ids))
+            if not keyed:
+                return await d.execute(c, "requeue", 0, now, replay_id, list(ids))
+            # Ordered keys (herald.ordering): re-queued in their first order, at the end
+            # of what each key has pending, under the order lock and the keys' locks.
+            await d.fetch(c, "order_lock")
+            pairs = {(str(r[1]), str(r[4])) for r in keyed if r[4] is not None}
+            pairs |= {(str(r[1]), str(r[5])) for r in keyed if r[5] is not None}
+            await d.fetch(c, "keys_lock", orjson.dumps(sorted(pairs)).decode())
+            rows = [
+                Requeued(
+                    str(r[0]),
+                    None if r[5] is None else (str(r[1]), str(r[5])),
+                    None if r[3] is None else int(r[3]),
+                    bool(r[2]),
+                )
+                for r in await d.fetch(c, "requeue_keys", list(ids))
+            ]
+            joining = requeue_order(rows)
+            wanted = sorted({r.key for r in joining if r.key is not None})
+            busy: set[tuple[str, str]] = set()
+            if wanted:
+                found = await d.fetch(c, "keys_busy", orjson.dumps(wanted).decode())
+                busy = {(str(r[0]), str(r[1])) for r in found}
+            count = await d.execute(c, "requeue", 0, now, replay_id, list(ids))
+            if joining:
+                keys = [r.key for r in joining]
+                top = int(await d.fetchval(c, "order_take", len(joining)))
+                seqs = take(top - len(joining) + 1, keys)
+                await d.executemany(
+                    c,
+                    "requeue_ordered",
+                    [
+                        (r.key[1] if r.key else None, seq, int(not head), r.id)
+                        for r, seq, head in zip(joining, seqs, heads(keys, busy), strict=True)
+                    ],
+                )
+            return count
+
+    async def blocked_keys(self, destination_id: str, *, limit: int) -> list[BlockedKey]:
+        """An ordered destination's keys whose next delivery waits, each with the
+        delivery at its head (the one it waits for), the soonest due first."""
+        rows = await self.dialect.read("blocked_keys", destination_id, limit)
+        return [
+            BlockedKey(str(r[0]), str(r[1]), int(r[3]), r[4], bool(r[5]), int(r[6])) for r in rows
+        ]
 
     async def get_event(self, tenant_id: str | None, event_id: str) -> Event | None:
         rows = await self.dialect.read("get_event", event_id, tenant_id)

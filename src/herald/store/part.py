@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
+
 from herald.crypto import SecretBox
 from herald.flow import Flow
-from herald.model import Event, NewDelivery, RelayPlan
+from herald.model import DeliveryKind, Event, NewDelivery, RelayPlan
+from herald.ordering import Key, heads, take
 from herald.store.dialect import Conn, Dialect, Row
 from herald.store.rows import flow_from_row, flow_to_row, new_delivery_rows
 
@@ -49,6 +52,7 @@ class StorePart:
                     e.created_ts,
                     now,
                     e.traceparent,
+                    e.ordering_key,
                 )
                 for e in events
             ],
@@ -62,12 +66,48 @@ class StorePart:
         if not rows:
             return []
         dest_ids = list({d.destination_id for d in rows})
-        statuses: dict[str, str] = {
-            r[0]: r[1] for r in await self.dialect.fetch(c, "destination_statuses", dest_ids)
-        }
-        values, leased = new_delivery_rows(rows, statuses, now)
+        found = await self.dialect.fetch(c, "destination_statuses", dest_ids)
+        statuses: dict[str, str] = {r[0]: r[1] for r in found}
+        # The committed ordering, as the status: a catalog a moment old must not order
+        # deliveries for a destination no longer ordered (none would release them).
+        keyed = {r[0] for r in found if r[2] == "key"}
+        ordered = await self._order(
+            c,
+            [
+                d
+                for d in rows
+                if d.ordering_key is not None
+                and d.kind is DeliveryKind.EVENT
+                and d.destination_id in keyed
+            ],
+        )
+        values, leased = new_delivery_rows(rows, statuses, now, ordered)
         await self.dialect.insert_many(c, "insert_deliveries", values)
+        for d in rows:  # the plan says what was stored (herald.handover reads it)
+            order = ordered.get(d.id)
+            if order is None:
+                d.ordering_key = None
+            elif order[1]:
+                d.held, d.lease_owner = True, None
         return leased
+
+    async def _order(self, c: Conn, rows: Sequence[NewDelivery]) -> dict[str, tuple[int, bool]]:
+        """Inside the write of new deliveries of ordered keys (``rows``, in the relay's
+        order): each one's ``order_seq`` and whether it waits behind its key's head
+        (``herald.ordering``), decided under the keys' locks, after the destinations'."""
+        if not rows:
+            return {}
+        d = self.dialect
+        keys: list[Key] = [(r.destination_id, str(r.ordering_key)) for r in rows]
+        pairs = orjson.dumps(sorted(set(keys))).decode()
+        await d.fetch(c, "keys_lock", pairs)
+        busy = {(str(r[0]), str(r[1])) for r in await d.fetch(c, "keys_busy", pairs)}
+        top = int(await d.fetchval(c, "order_take", len(rows)))
+        seqs = take(top - len(rows) + 1, keys)
+        first = heads(keys, busy)
+        return {
+            r.id: (int(seq or 0), not head) for r, seq, head in zip(rows, seqs, first, strict=True)
+        }
 
     async def _write_plan(self, c: Conn, plan: RelayPlan, now: float, source: str) -> None:
         """Store what the relay planned for a batch of outbox rows: the events, their

@@ -5,7 +5,7 @@ and insert in; tests/unit/test_queries.py holds the two together."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -29,6 +29,7 @@ from herald.model import (
     Replay,
     ReplayOutcome,
 )
+from herald.ordering import WAITING
 
 DELIVERY_COLUMNS = (
     "d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,"
@@ -48,19 +49,22 @@ DESTINATION_STATE_COLUMNS = (
 )
 """Read after :data:`DESTINATION_COLUMNS`, never written with them: the state recording
 keeps (``Store.record_attempts``), not the caller's."""
-EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data, traceparent"
+EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key"
 
 
 NEW_DELIVERY_COLUMNS = (
     "id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,"
-    " next_attempt_at, held, created_at, lease_owner"
+    " next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq"
 )
 """The order of :func:`new_delivery_rows`' tuples (``status`` is ``pending``,
 ``attempt_count`` 0 and ``updated_at`` = ``created_at`` on insert)."""
 
 
 def new_delivery_rows(
-    rows: Sequence[NewDelivery], statuses: dict[str, str], now: float
+    rows: Sequence[NewDelivery],
+    statuses: dict[str, str],
+    now: float,
+    ordered: Mapping[str, tuple[int, bool]] | None = None,
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows to insert for ``rows`` given the destinations' committed ``statuses``
     (id → status, deleted ones absent), and the ids stored leased.
@@ -71,7 +75,12 @@ def new_delivery_rows(
     is active: a batch planned from a catalog a few milliseconds old must not hold
     deliveries to a destination activated meanwhile, nor create any for one just
     deleted. A planned lease on a delivery that turns out held is dropped (the
-    delivery is due now, for whoever activates it)."""
+    delivery is due now, for whoever activates it).
+
+    ``ordered``: delivery id -> (``order_seq``, waits) of those that keep their ordering
+    key (herald.ordering); one that waits behind its key's head is stored
+    ``held = WAITING``, never leased. The others are stored without a key."""
+    ordered = ordered or {}
     values: list[tuple[Any, ...]] = []
     leased: list[str] = []
     for d in rows:
@@ -80,6 +89,11 @@ def new_delivery_rows(
             continue  # deleted meanwhile: no delivery
         held = status != "active" if d.kind is DeliveryKind.EVENT else d.held
         owner, next_at = d.lease_owner, d.next_attempt_at
+        order = ordered.get(d.id)
+        if order is not None and order[1]:
+            owner, next_at, held_as = None, now, WAITING
+        else:
+            held_as = int(held)
         if owner is not None:
             if held:
                 owner, next_at = None, now
@@ -95,9 +109,11 @@ def new_delivery_rows(
                 d.kind.value,
                 d.max_attempts,
                 next_at,
-                int(held),
+                held_as,
                 d.created_at,
                 owner,
+                None if order is None else d.ordering_key,
+                None if order is None else order[0],
             )
         )
     return values, leased
@@ -127,6 +143,7 @@ def destination_from_row(row: Sequence[Any], box: SecretBox) -> Destination:
         rate_limit_per_second=row[16],
         circuit_breaker=bool(row[17]),
         circuit=Circuit(row[18], row[19], row[20]) if row[17] else None,
+        ordering="key" if row[21] == "key" else "none",
     )
 
 
@@ -162,12 +179,13 @@ def destination_to_row(dest: Destination, box: SecretBox) -> tuple[Any, ...]:
         dest.updated_at,
         dest.deleted_at,
         None if dest.filter is None else orjson.dumps(dest.filter).decode(),
+        dest.ordering,
     )
 
 
 def event_from_row(row: Sequence[Any]) -> Event:
     """:data:`EVENT_COLUMNS` are :class:`Event`'s fields, in order (a test holds them)."""
-    return Event(row[0], row[1], row[2], row[3], row[4], row[5].encode(), row[6])
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5].encode(), row[6], row[7])
 
 
 def attempt_to_row(a: Attempt) -> tuple[Any, ...]:

@@ -38,6 +38,7 @@ class SourceStore(StorePart):
         process: RelayProcessor,
         *,
         destinations_version: int | None = None,
+        ordered: bool = False,
     ) -> tuple[RelayPlan, list[OutboxRow]] | None:
         """Commit ``process``'s plan for rows read from the outbox source ``source`` in
         one transaction, as :meth:`relay` does for Herald's own outbox (rejected rows
@@ -45,9 +46,12 @@ class SourceStore(StorePart):
         because their events are already stored as they are (relayed before a crash
         that lost the source's delete); the caller then deletes every row from the
         source. None, with nothing written, when destinations changed since
-        ``destinations_version`` (refresh the catalog and try again)."""
+        ``destinations_version`` (refresh the catalog and try again). ``ordered``: as
+        :meth:`relay`'s, the order lock first."""
         d = self.dialect
         async with d.tx() as c:
+            if ordered:
+                await d.fetch(c, "order_lock")
             if destinations_version is not None:
                 current = await d.fetchval(c, "destinations_version")
                 if int(current) != destinations_version:

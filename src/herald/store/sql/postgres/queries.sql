@@ -37,7 +37,7 @@ seq, convert_to(id, 'UTF8'), convert_to(tenant_id, 'UTF8'), convert_to(type, 'UT
   convert_to(CASE WHEN NOT isfinite(created_at) THEN created_at::text
     ELSE to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
     || CASE WHEN created_at < '0001-01-01T00:00:00Z' THEN ' BC' ELSE '' END END, 'UTF8'),
-  about_destination, convert_to(traceparent, 'UTF8')
+  about_destination, convert_to(traceparent, 'UTF8'), convert_to(ordering_key, 'UTF8')
 
 -- relay_claim --
 SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED
@@ -64,29 +64,29 @@ DELETE FROM herald_outbox WHERE seq = ANY($1)
 -- One statement for the batch: a row-by-row executemany costs a round of parse, bind
 -- and execute messages per row
 INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at,
-  traceparent)
+  traceparent, ordering_key)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-  $6::float8[], $7::float8[], $8::text[])
+  $6::float8[], $7::float8[], $8::text[], $9::text[])
 
 -- destination_statuses --
 -- FOR SHARE: an activation or a delete waits for this transaction (and then sees its
 -- deliveries), or went first and is what this reads
-SELECT id, status FROM herald_destinations
+SELECT id, status, ordering FROM herald_destinations
 WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id FOR SHARE
 
 -- insert_deliveries --
 INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id, kind,
-  max_attempts, next_attempt_at, held, created_at, lease_owner, status, attempt_count,
-  updated_at)
+  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq,
+  status, attempt_count, updated_at)
 SELECT *, 'pending', 0, t.created_at FROM unnest($1::text[], $2::text[], $3::text[],
   $4::text[], $5::text[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[],
-  $11::text[])
+  $11::text[], $12::text[], $13::int8[])
 AS t(id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,
-  next_attempt_at, held, created_at, lease_owner)
+  next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq)
 
 -- insert_outbox --
-INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)
-SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz, $6
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent, ordering_key)
+SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz, $6, $7
 WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2)
 
 -- event_exists --
@@ -110,7 +110,9 @@ SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 -- claim --
 -- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
 -- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
--- when given. The last column: whether the destination is under flow control
+-- when given. Then whether the destination is under flow control, and the delivery's
+-- ordering key (of an ordered destination's: herald.ordering; only a key's head has
+-- held = 0, so the claim never reads a delivery waiting behind it)
 UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
 FROM (SELECT id, next_attempt_at FROM herald_deliveries
   WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
@@ -121,7 +123,8 @@ FROM (SELECT id, next_attempt_at FROM herald_deliveries
 WHERE d.id = s.id
 RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
   d.event_id, s.next_attempt_at,
-  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id)
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id),
+  d.ordering_key
 
 -- flow_lock --
 -- The flow rows (herald.flow) of these destinations, locked last: after the deliveries
@@ -159,10 +162,11 @@ WHERE f.breaker = 1 AND f.circuit <> 'closed'
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's. One probe
 -- of the key per id, as in relay_existing
-SELECT e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data, e.traceparent
+SELECT e.id, e.tenant_id, e.type, e.created_at, e.created_ts, e.data, e.traceparent,
+  e.ordering_key
 FROM unnest($1::text[]) AS k(id)
-CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data, traceparent
-  FROM herald_events WHERE id = k.id OFFSET 0) e
+CROSS JOIN LATERAL (SELECT id, tenant_id, type, created_at, created_ts, data, traceparent,
+  ordering_key FROM herald_events WHERE id = k.id OFFSET 0) e
 
 -- renew_leases --
 -- A row another transaction holds is skipped, not waited for: the recorder finishing it
@@ -185,6 +189,50 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING
 UPDATE herald_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3,
   lease_owner = NULL, updated_at = $4, last_attempt_id = $5
 WHERE id = $6 AND status = 'pending'
+  AND (ordering_key IS NULL OR lease_owner IS NULL OR lease_owner = $7)
+
+-- order_lock --
+-- Taken first by a relay pass that may plan ordered deliveries, and by a re-queue of
+-- ordered ones: one at a time (until commit), so that the relay's order (order_seq) is
+-- the order it took the outbox rows in, even with several instances relaying
+SELECT count(pg_advisory_xact_lock(7319))
+
+-- order_take --
+-- $1 more order_seq values: the new top comes back (the first is top - $1 + 1)
+INSERT INTO herald_meta (key, value) VALUES ('order_seq', $1)
+ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value RETURNING value
+
+-- keys_lock --
+-- The (destination, key) pairs of $1 (a JSON array of [destination, key]) are this
+-- transaction's to change: transaction advisory locks, in one order (no deadlock
+-- between two takers), taken after the destination rows (the lock order: destination,
+-- keys, deliveries). The relay deciding that a new delivery waits and the recorder
+-- releasing the next of an ended head take it: neither misses the other's commit
+SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT DISTINCT
+  hashtextextended(k ->> 0 || chr(31) || (k ->> 1), 7319) AS h
+  FROM jsonb_array_elements($1::text::jsonb) k ORDER BY 1) s
+
+-- keys_busy --
+-- Which of the pairs have a pending delivery (herald_deliveries_keyed: a probe each).
+-- $1 a JSON array of [destination, key]
+SELECT k ->> 0, k ->> 1 FROM jsonb_array_elements($1::text::jsonb) k
+WHERE EXISTS (SELECT 1 FROM herald_deliveries d
+  WHERE d.status = 'pending' AND d.ordering_key IS NOT NULL
+    AND d.destination_id = k ->> 0 AND d.ordering_key = k ->> 1)
+
+-- release_next --
+-- A delivery of ordered key ended: the next of its key (the lowest order_seq pending)
+-- becomes claimable now, unless its destination is not active (then held as any).
+-- $1 the ended delivery, $2 now
+UPDATE herald_deliveries d SET next_attempt_at = $2,
+  held = CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
+FROM herald_destinations t
+WHERE t.id = d.destination_id AND d.held = 2 AND d.id = (SELECT n.id FROM herald_deliveries f
+  JOIN herald_deliveries n
+    ON n.destination_id = f.destination_id AND n.ordering_key = f.ordering_key
+  WHERE f.id = $1 AND f.ordering_key IS NOT NULL AND f.status <> 'pending'
+    AND n.status = 'pending' AND n.ordering_key IS NOT NULL
+  ORDER BY n.order_seq LIMIT 1)
 
 -- activate_destination --
 -- Only the current verification counts: it succeeded, and no later ping was sent
@@ -284,7 +332,7 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $1),
   (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1),
-  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1)
+  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1)
 
 -- tenant_destination_count --
 -- A tenant's destinations that are not deleted (the index on tenant_id)
@@ -296,7 +344,8 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE deleted_at IS NULL
 
 -- create_destination --
@@ -312,7 +361,7 @@ UPDATE herald_destinations SET payload_filter = $1 WHERE id = $2
 -- update_destination --
 -- $9: the updated_at the caller read (optimistic concurrency), or NULL to write anyway
 UPDATE herald_destinations SET name = $1, type = $2, config = $3, secrets = $4, events = $5,
-  status = $6, updated_at = $7, payload_filter = $10
+  status = $6, updated_at = $7, payload_filter = $10, ordering = $11
 WHERE id = $8 AND deleted_at IS NULL AND ($9::float8 IS NULL OR updated_at = $9)
 
 -- fail_verifications --
@@ -324,13 +373,15 @@ WHERE destination_id = $2 AND kind = 'verification' AND status = 'pending'
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE ($1::text IS NULL OR tenant_id = $1) AND deleted_at IS NULL
   AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
   AND ($4::text IS NULL OR id < $4)
@@ -384,20 +435,24 @@ WHERE d.event_id = $2 AND d.tenant_id = $1 ORDER BY d.id DESC LIMIT $3
 SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
 
 -- requeue --
--- Finished deliveries get $1 more attempts; deleted destinations and pings are left alone.
+-- A pending one keeps its place in its key (herald.ordering); a finished one leaves
+-- its key, which requeue_ordered gives it again, at the end. Finished deliveries get $1 more attempts; deleted destinations and pings are left alone.
 -- $3: the replay re-queuing them takes them over (NULL: a retry, which keeps theirs)
 UPDATE herald_deliveries d SET
   max_attempts = CASE WHEN d.status = 'pending' THEN d.max_attempts
     ELSE d.attempt_count + $1 END,
   status = 'pending', next_attempt_at = $2, lease_owner = NULL, updated_at = $2,
-  held = CASE WHEN t.status = 'active' THEN 0 ELSE 1 END,
-  replay_id = COALESCE($3::text, d.replay_id)
+  held = CASE WHEN d.status = 'pending' AND d.held = 2 THEN 2
+    WHEN t.status = 'active' THEN 0 ELSE 1 END,
+  replay_id = COALESCE($3::text, d.replay_id),
+  ordering_key = CASE WHEN d.status = 'pending' THEN d.ordering_key END
 FROM herald_destinations t
 WHERE t.id = d.destination_id AND t.deleted_at IS NULL
   AND d.id = ANY($4) AND d.kind = 'event' AND d.lease_owner IS NULL
 
 -- get_event --
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
+FROM herald_events
 WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 
 -- expire_rate_windows --
@@ -689,7 +744,7 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
   (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1
       AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $2))),
-  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1
+  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1
       AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $2)))
 
 -- tenant_next_due_at --
@@ -755,7 +810,8 @@ DELETE FROM herald_source_leases WHERE source = $1 AND owner = $2
 
 -- recent_events --
 -- A tenant's newest events, newest first (a filter's test picks those of its types)
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
+FROM herald_events
 WHERE tenant_id = $1 ORDER BY ingested_at DESC LIMIT $2
 
 -- put_event_type --
@@ -779,3 +835,50 @@ SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_
 
 -- delete_event_type --
 DELETE FROM herald_event_types WHERE tenant_id = $1 AND type = $2
+
+-- requeue_keys --
+-- Of the deliveries a re-queue takes, those of an ordered key now or before: whether
+-- each is pending, its order so far, and its key as the re-queue gives it (the event's,
+-- when its destination is ordered now)
+SELECT d.id, d.destination_id, d.status = 'pending', d.order_seq, d.ordering_key,
+  CASE WHEN t.ordering = 'key' THEN e.ordering_key END
+FROM herald_deliveries d
+JOIN herald_destinations t ON t.id = d.destination_id AND t.deleted_at IS NULL
+JOIN herald_events e ON e.id = d.event_id AND e.tenant_id = d.tenant_id
+WHERE d.kind = 'event' AND d.lease_owner IS NULL
+  AND (d.ordering_key IS NOT NULL OR (t.ordering = 'key' AND e.ordering_key IS NOT NULL))
+  AND d.id = ANY($1)
+
+-- requeue_ordered --
+-- A re-queued delivery joins its key ($1) at $2 (order_seq), waiting behind what of
+-- the key is pending ($3 = 1) or as its head
+UPDATE herald_deliveries SET ordering_key = $1, order_seq = $2,
+  held = CASE WHEN $3 = 1 THEN 2 ELSE held END
+WHERE id = $4 AND status = 'pending'
+
+-- set_destination_ordering --
+-- Written beside the row only when ordered (as the filter: an older schema has no column)
+UPDATE herald_destinations SET ordering = $1 WHERE id = $2
+
+-- unorder_deliveries --
+-- Destination $1 is no longer ordered: its pending deliveries leave their keys, and
+-- those that waited are claimable now (held as any when it is not active)
+UPDATE herald_deliveries SET ordering_key = NULL,
+  held = CASE WHEN held <> 2 THEN held
+    WHEN (SELECT t.status FROM herald_destinations t WHERE t.id = $1) = 'active' THEN 0
+    ELSE 1 END
+WHERE destination_id = $1 AND status = 'pending' AND ordering_key IS NOT NULL
+
+-- blocked_keys --
+-- An ordered destination's keys whose next delivery waits, with the delivery at their
+-- head (the one it waits for), up to $2: one walk of herald_deliveries_keyed
+SELECT h.ordering_key, h.id, h.status, h.attempt_count, h.next_attempt_at,
+  h.lease_owner IS NOT NULL,
+  (SELECT COUNT(*) FROM herald_deliveries w WHERE w.destination_id = h.destination_id
+    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
+FROM herald_deliveries h
+WHERE h.destination_id = $1 AND h.status = 'pending' AND h.ordering_key IS NOT NULL
+  AND h.held <> 2
+  AND EXISTS (SELECT 1 FROM herald_deliveries w WHERE w.destination_id = h.destination_id
+    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
+ORDER BY h.next_attempt_at LIMIT $2

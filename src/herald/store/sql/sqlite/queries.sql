@@ -32,7 +32,8 @@ SELECT 1 FROM herald_outbox LIMIT 1
 -- An outbox row as the relay parses it (herald.ingest.parse_row). Text columns read as
 -- bytes: one row of invalid UTF-8 must not fail the batch
 seq, CAST(id AS BLOB), CAST(tenant_id AS BLOB), CAST(type AS BLOB),
-  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination, CAST(traceparent AS BLOB)
+  CAST(data AS BLOB), CAST(created_at AS BLOB), about_destination, CAST(traceparent AS BLOB),
+  CAST(ordering_key AS BLOB)
 
 -- relay_claim --
 SELECT {_outbox_row} FROM herald_outbox ORDER BY seq LIMIT ?1
@@ -52,23 +53,23 @@ DELETE FROM herald_outbox WHERE seq BETWEEN ?1 AND ?2
 
 -- insert_events --
 INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, ingested_at,
-  traceparent)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+  traceparent, ordering_key)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 
 -- destination_statuses --
-SELECT id, status FROM herald_destinations WHERE deleted_at IS NULL AND id IN ({ids})
+SELECT id, status, ordering FROM herald_destinations WHERE deleted_at IS NULL AND id IN ({ids})
 
 -- insert_deliveries --
 INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id, kind,
-  max_attempts, next_attempt_at, held, created_at, lease_owner, status, attempt_count,
-  updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', 0, ?10)
+  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq,
+  status, attempt_count, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?10)
 
 -- insert_outbox --
 -- One check under the write lock: not waiting in the outbox (UNIQUE) nor relayed already,
 -- for this tenant (another tenant's event of the same id is another event)
-INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6
+INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent, ordering_key)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7
 WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = ?1 AND tenant_id = ?2)
 
 -- outbox_stats --
@@ -87,10 +88,12 @@ SELECT {_outbox_row} FROM herald_outbox WHERE id = ?1 AND tenant_id = ?2
 -- claim_select --
 -- Plain ? in order: {where} adds a due_since bound, excluded destinations and excluded
 -- tenants per call; then now again, for the flow gates (herald.flow). The last column:
--- whether the destination is under flow control
+-- whether the destination is under flow control, then the delivery's ordering key (of
+-- an ordered destination's: herald.ordering; only a key's head has held = 0)
 SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
   next_attempt_at,
-  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_deliveries.destination_id)
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_deliveries.destination_id),
+  ordering_key
 FROM herald_deliveries WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?{where}
   AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
     WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > ?))
@@ -132,7 +135,8 @@ UPDATE herald_deliveries SET lease_owner = ?1, next_attempt_at = ?2 WHERE id IN 
 
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
+FROM herald_events
 WHERE id IN ({ids})
 
 -- renew_leases --
@@ -145,10 +149,52 @@ INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, o
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
 
 -- finish_attempts --
--- Only a still-pending delivery moves on: one deleted meanwhile keeps its final state
+-- Only a still-pending delivery moves on: one deleted meanwhile keeps its final state.
+-- An ordered one (herald.ordering) only while no other instance leased it since (?7
+-- the recorder's instance): its lease ran out and a peer repeats it now, and ending it
+-- here would let the next of its key overtake that repeat
 UPDATE herald_deliveries SET status = ?1, attempt_count = ?2, next_attempt_at = ?3,
   lease_owner = NULL, updated_at = ?4, last_attempt_id = ?5
 WHERE id = ?6 AND status = 'pending'
+  AND (ordering_key IS NULL OR lease_owner IS NULL OR lease_owner = ?7)
+
+-- order_lock --
+-- Taken first by a relay pass that may plan ordered deliveries, and by a re-queue of
+-- ordered ones: one at a time, so the relay's order (order_seq) is the order it took
+-- the rows in (SQLite: the write lock already is that)
+SELECT 1
+
+-- order_take --
+-- ?1 more order_seq values: the new top comes back (the first is top - ?1 + 1)
+INSERT INTO herald_meta (key, value) VALUES ('order_seq', ?1)
+ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value RETURNING value
+
+-- keys_lock --
+-- The (destination, key) pairs of ?1 (a JSON array of [destination, key]) are this
+-- transaction's to change (PostgreSQL: advisory locks; SQLite: the write lock)
+SELECT ?1 IS NULL
+
+-- keys_busy --
+-- Which of the pairs have a pending delivery (herald_deliveries_keyed: a probe each).
+-- ?1 a JSON array of [destination, key]
+SELECT json_extract(k.value, '$[0]'), json_extract(k.value, '$[1]') FROM json_each(?1) k
+WHERE EXISTS (SELECT 1 FROM herald_deliveries d
+  WHERE d.status = 'pending' AND d.ordering_key IS NOT NULL
+    AND d.destination_id = json_extract(k.value, '$[0]') AND d.ordering_key = json_extract(k.value, '$[1]'))
+
+-- release_next --
+-- A delivery of ordered key ended: the next of its key (the lowest order_seq pending)
+-- becomes claimable now, unless its destination is not active (then held as any).
+-- ?1 the ended delivery, ?2 now
+UPDATE herald_deliveries SET next_attempt_at = ?2,
+  held = (SELECT CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
+    FROM herald_destinations t WHERE t.id = destination_id)
+WHERE held = 2 AND id = (SELECT n.id FROM herald_deliveries f
+  JOIN herald_deliveries n INDEXED BY herald_deliveries_keyed
+    ON n.destination_id = f.destination_id AND n.ordering_key = f.ordering_key
+  WHERE f.id = ?1 AND f.ordering_key IS NOT NULL AND f.status <> 'pending'
+    AND n.status = 'pending' AND n.ordering_key IS NOT NULL
+  ORDER BY n.order_seq LIMIT 1)
 
 -- activate_destination --
 -- Only the current verification counts: it succeeded, and no later ping was sent
@@ -234,7 +280,7 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?1),
   (SELECT COUNT(*) FROM herald_deliveries
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > ?1),
-  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held = 1)
+  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1)
 
 -- tenant_destination_count --
 -- A tenant's destinations that are not deleted (the index on tenant_id)
@@ -246,7 +292,8 @@ SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL 
 -- all_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE deleted_at IS NULL
 
 -- create_destination --
@@ -262,7 +309,7 @@ UPDATE herald_destinations SET payload_filter = ?1 WHERE id = ?2
 -- update_destination --
 -- ?9: the updated_at the caller read (optimistic concurrency), or NULL to write anyway
 UPDATE herald_destinations SET name = ?1, type = ?2, config = ?3, secrets = ?4, events = ?5,
-  status = ?6, updated_at = ?7, payload_filter = ?10
+  status = ?6, updated_at = ?7, payload_filter = ?10, ordering = ?11
 WHERE id = ?8 AND deleted_at IS NULL AND (?9 IS NULL OR updated_at = ?9)
 
 -- fail_verifications --
@@ -274,13 +321,15 @@ WHERE destination_id = ?2 AND kind = 'verification' AND status = 'pending'
 -- get_destination --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
 
 -- list_destinations --
 SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
   deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at
+  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
+  ordering
 FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE (?1 IS NULL OR tenant_id = ?1) AND deleted_at IS NULL
   AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR type = ?3) AND (?4 IS NULL OR id < ?4)
 ORDER BY id DESC LIMIT ?5
@@ -336,19 +385,23 @@ WHERE d.event_id = ?2 AND d.tenant_id = ?1 ORDER BY d.id DESC LIMIT ?3
 SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
 
 -- requeue --
--- Finished deliveries get ?1 more attempts; deleted destinations and pings are left alone.
+-- A pending one keeps its place in its key (herald.ordering); a finished one leaves
+-- its key, which requeue_ordered gives it again, at the end. Finished deliveries get ?1 more attempts; deleted destinations and pings are left alone.
 -- ?3: the replay re-queuing them takes them over (NULL: a retry, which keeps theirs)
 UPDATE herald_deliveries SET
   max_attempts = CASE WHEN status = 'pending' THEN max_attempts ELSE attempt_count + ?1 END,
   status = 'pending', next_attempt_at = ?2, lease_owner = NULL, updated_at = ?2,
   replay_id = COALESCE(?3, replay_id),
-  held = (SELECT CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
-    FROM herald_destinations t WHERE t.id = destination_id)
+  held = CASE WHEN status = 'pending' AND held = 2 THEN 2
+    ELSE (SELECT CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
+      FROM herald_destinations t WHERE t.id = destination_id) END,
+  ordering_key = CASE WHEN status = 'pending' THEN ordering_key END
 WHERE id IN ({ids}) AND kind = 'event' AND lease_owner IS NULL
   AND destination_id IN (SELECT id FROM herald_destinations WHERE deleted_at IS NULL)
 
 -- get_event --
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
+FROM herald_events
 WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)
 
 -- expire_rate_windows --
@@ -625,7 +678,7 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pend
   (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
     WHERE status = 'pending' AND held = 0 AND next_attempt_at > ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
   (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
-    WHERE status = 'pending' AND held = 1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2))
+    WHERE status = 'pending' AND held >= 1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2))
 
 -- tenant_next_due_at --
 -- next_due_at for one tenant (?1)
@@ -689,7 +742,8 @@ DELETE FROM herald_source_leases WHERE source = ?1 AND owner = ?2
 
 -- recent_events --
 -- A tenant's newest events, newest first (a filter's test picks those of its types)
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent FROM herald_events
+SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
+FROM herald_events
 WHERE tenant_id = ?1 ORDER BY ingested_at DESC LIMIT ?2
 
 -- put_event_type --
@@ -712,3 +766,50 @@ SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_
 
 -- delete_event_type --
 DELETE FROM herald_event_types WHERE tenant_id = ?1 AND type = ?2
+
+-- requeue_keys --
+-- Of the deliveries a re-queue takes, those of an ordered key now or before: whether
+-- each is pending, its order so far, and its key as the re-queue gives it (the event's,
+-- when its destination is ordered now)
+SELECT d.id, d.destination_id, d.status = 'pending', d.order_seq, d.ordering_key,
+  CASE WHEN t.ordering = 'key' THEN e.ordering_key END
+FROM herald_deliveries d
+JOIN herald_destinations t ON t.id = d.destination_id AND t.deleted_at IS NULL
+JOIN herald_events e ON e.id = d.event_id AND e.tenant_id = d.tenant_id
+WHERE d.kind = 'event' AND d.lease_owner IS NULL
+  AND (d.ordering_key IS NOT NULL OR (t.ordering = 'key' AND e.ordering_key IS NOT NULL))
+  AND d.id IN ({ids})
+
+-- requeue_ordered --
+-- A re-queued delivery joins its key (?1) at ?2 (order_seq), waiting behind what of
+-- the key is pending (?3 = 1) or as its head
+UPDATE herald_deliveries SET ordering_key = ?1, order_seq = ?2,
+  held = CASE WHEN ?3 = 1 THEN 2 ELSE held END
+WHERE id = ?4 AND status = 'pending'
+
+-- set_destination_ordering --
+-- Written beside the row only when ordered (as the filter: an older schema has no column)
+UPDATE herald_destinations SET ordering = ?1 WHERE id = ?2
+
+-- unorder_deliveries --
+-- Destination ?1 is no longer ordered: its pending deliveries leave their keys, and
+-- those that waited are claimable now (held as any when it is not active)
+UPDATE herald_deliveries SET ordering_key = NULL,
+  held = CASE WHEN held <> 2 THEN held
+    WHEN (SELECT t.status FROM herald_destinations t WHERE t.id = ?1) = 'active' THEN 0
+    ELSE 1 END
+WHERE destination_id = ?1 AND status = 'pending' AND ordering_key IS NOT NULL
+
+-- blocked_keys --
+-- An ordered destination's keys whose next delivery waits, with the delivery at their
+-- head (the one it waits for), up to ?2: one walk of herald_deliveries_keyed
+SELECT h.ordering_key, h.id, h.status, h.attempt_count, h.next_attempt_at,
+  h.lease_owner IS NOT NULL,
+  (SELECT COUNT(*) FROM herald_deliveries w WHERE w.destination_id = h.destination_id
+    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
+FROM herald_deliveries h
+WHERE h.destination_id = ?1 AND h.status = 'pending' AND h.ordering_key IS NOT NULL
+  AND h.held <> 2
+  AND EXISTS (SELECT 1 FROM herald_deliveries w WHERE w.destination_id = h.destination_id
+    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
+ORDER BY h.next_attempt_at LIMIT ?2
