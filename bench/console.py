@@ -96,7 +96,7 @@ def portal_pages(shape: Shape, delivery_id: str) -> list[tuple[str, str]]:
 async def _destinations(settings: Any) -> tuple[str, str]:
     """1,000 destination rows, an operator key and a key of the busiest destination's
     tenant; returns the operator key and the tenant key's hash."""
-    from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
+    from herald.access.keys import OPERATOR_KIND, OPERATOR_TENANT, hash_api_key, new_api_key
     from herald.model import Destination, DestinationStatus
     from herald.wiring import components
 
@@ -166,7 +166,6 @@ async def _measure(
     from bench.common import free_port
     from herald.console import web as console
     from herald.model import DeliveryFilter
-    from herald.tokens import Tokens
     from herald.wiring import components
 
     key, tenant_key = keys
@@ -176,9 +175,9 @@ async def _measure(
         theirs, _ = await comp.service.list_deliveries(
             DeliveryFilter(destination_id=Shape.destination(0)), limit=1
         )
-        portal_token = await Tokens(comp.store).create(Shape.tenant_of(0), key_hash=tenant_key)
+        portal_token = await comp.access.tokens.create(Shape.tenant_of(0), key_hash=tenant_key)
         app = web.Application()
-        console.setup(app, comp.service, settings=settings)
+        console.setup(app, comp.service, access=comp.access, settings=settings)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         port = free_port()

@@ -30,9 +30,9 @@ query logger; a recording wrapper around the SQLite store's connections):
 - ``next_due_at`` — when the dispatcher wakes next;
 - ``list_deliveries`` — page 2 of ``GET /v2/event-destinations/{id}/event-deliveries
   ?status=failure`` for the busiest destination (tenant, destination and status
-  filters, the cursor from page 1), through ``DestinationService.list_deliveries``;
+  filters, the cursor from page 1), through ``Operations.list_deliveries``;
 - ``count_deliveries`` — the count of a replay dry run with the same filter
-  (``DestinationService.replay(dry_run=True)``);
+  (``Operations.replay(dry_run=True)``);
 - ``purge_select`` — the retention purge's selection of a batch
   (``store.purge`` with ``retention.days`` and ``retention.batch_size``).
 

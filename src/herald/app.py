@@ -28,7 +28,6 @@ from herald.metrics import DatabaseCounts, Metrics
 from herald.model import Instance, Recorded
 from herald.outbox import Relay
 from herald.replayer import Replayer
-from herald.service import DestinationService
 from herald.sourcedb import check_driver, open_source
 from herald.sources import SourceReader, SourceState
 from herald.systemd import Notifier
@@ -135,8 +134,8 @@ class Daemon:
         return self.exit_code
 
     def _wire(self, comp: Components) -> _Parts:
-        """The dispatcher, its attempt processes, the relay that feeds it, and a service
-        that tells them all about changes."""
+        """The dispatcher, its attempt processes, the relay that feeds it, and the
+        service's change signal that tells them all."""
         s = self.settings
         pool = None
         if s.delivery.worker_processes > 1:
@@ -169,29 +168,31 @@ class Daemon:
             on_batch=self.metrics.relayed,
             # New deliveries go straight to this instance's dispatcher, leased in the
             # relay's transaction, as far as it has room (herald.handover).
-            handoff=dispatcher.handover,
+            handover=dispatcher.handover,
             on_storage=self.metrics.database_result,
         )
         self.metrics.track_inflight(lambda: dispatcher.inflight)
+
         # Up = running and able to use the database; /readyz says the same in words.
+        # "workers" is the dispatcher's old label, reported beside it for one release
+        # (README, Changes): dashboards and alerts built on it keep working meanwhile.
+        def dispatching() -> bool:
+            return dispatcher.running and dispatcher.storage_error is None
+
         self.metrics.track_components(
             relay=lambda: relay.running and relay.storage_error is None,
-            workers=lambda: dispatcher.running and dispatcher.storage_error is None,
+            dispatcher=dispatching,
+            workers=dispatching,
             recorder=lambda: dispatcher.running and dispatcher.recorder.storage_error is None,
-        )
-        comp.service = DestinationService(
-            comp.store,
-            comp.registry,
-            comp.policy,
-            catalog=comp.catalog,
-            on_change=lambda: parts.changed(),
-            max_destinations_per_tenant=s.api.max_destinations_per_tenant,
         )
         # The console's replays run in the background at the API's pace.
         rate = s.delivery.replay_rate_per_second or None
         parts = _Parts(
             comp, dispatcher, relay, pool, Replayer(comp.service.replays, rate_per_second=rate)
         )
+        # A change made through the service (by the API, the console, a replay) wakes
+        # every part once; the faces signal nothing themselves.
+        comp.service.when_changed = parts.changed
         parts.sources = [
             SourceReader(
                 open_source(source),
@@ -264,9 +265,11 @@ class Daemon:
             # Reads can work while writes fail (disk full, read-only database).
             problems["relay"] = f"cannot write to the database: {relay.storage_error}"
         if not dispatcher.running:
-            problems["workers"] = "not running"
+            problems["dispatcher"] = "not running"
         elif dispatcher.storage_error is not None:
-            problems["workers"] = f"cannot use the database: {dispatcher.storage_error}"
+            problems["dispatcher"] = f"cannot use the database: {dispatcher.storage_error}"
+        if "dispatcher" in problems:
+            problems["workers"] = problems["dispatcher"]  # the old name, for one release
         return problems
 
     async def _listen(self, parts: _Parts, readiness: ReadinessCheck) -> list[web.AppRunner]:
@@ -278,20 +281,19 @@ class Daemon:
         ops.add_routes(app, readiness=readiness, metrics=self.metrics, scrape=not own)
         api = v2.Api(
             parts.comp.service,
+            access=parts.comp.access,
             settings=s,
             cursor_key=self.key,
-            wake=parts.changed,
             metrics=self.metrics,
         )
         api.setup(app)
-        # One budget per tenant: the portal's pages count against the tenant's API limit.
-        limiters = (api.limiter, api.anonymous)
+        # One budget per tenant (the process's access): the portal's pages count against
+        # the tenant's API limit.
         console.setup(
             app,
             parts.comp.service,
+            access=parts.comp.access,
             settings=s,
-            wake=parts.changed,
-            limiters=limiters,
             replayer=parts.replayer,
             sources=lambda: [reader.state.as_dict() for reader in parts.sources],
         )

@@ -5,7 +5,7 @@ destination holds at most ``max_per_destination`` of the global slots, and one
 tenant's at most ``max_per_tenant``, while the others keep flowing. The loop never
 busy-polls: it sleeps until the next due time, a wake-up from the relay or a finished
 attempt, or the idle poll that notices changes made by other processes. The slot
-arithmetic lives in herald.slots, what a claim asks for in herald.floor, the attempt
+arithmetic lives in herald.slots, what a claim asks for in herald.claims, the attempt
 in herald.attempt, the writing of outcomes in herald.recorder, the relay's hand-over
 in herald.handover.
 """
@@ -22,8 +22,8 @@ import structlog
 
 from herald.attempt import AttemptDone, AttemptOutcome, Submit, attempt, log_ids
 from herald.catalog import Catalog
+from herald.claims import Claims
 from herald.errors import StorageError
-from herald.floor import Claims
 from herald.flow import Held
 from herald.handover import Handover
 from herald.logs import debug_enabled

@@ -35,13 +35,13 @@ class Room:
     outstanding: dict[str, int]
     """A copy of the dispatcher's per-destination counts, counted up as we take."""
     cap: int
-    """Also where a claim starts to skip a destination (``herald.floor.Claims.enough``)."""
+    """Also where a claim starts to skip a destination (``herald.claims.Claims.enough``)."""
     tenant_load: dict[str, int]
     """A copy of the dispatcher's per-tenant load (``herald.slots.Slots.tenant_load``),
     counted up by each take (by a little more than the load grows: what a destination
     cannot run yet does not add to it; the hand-over stops early, never late)."""
     tenant_cap: int
-    """Where a claim starts to skip a tenant (``herald.floor.Claims.tenant_enough``)."""
+    """Where a claim starts to skip a tenant (``herald.claims.Claims.tenant_enough``)."""
 
     def claimable(self, destination_id: str, tenant_id: str) -> bool:
         """Whether a claim would take a delivery of this destination left in the table."""
@@ -131,7 +131,7 @@ class Handover:
         if not self.adopt(due):
             # The dispatcher is stopping: the daemon releases what is still leased to
             # this instance once both have stopped (herald.app).
-            log.info("handoff_refused_at_shutdown", count=len(due))
+            log.info("handover_refused_at_shutdown", count=len(due))
 
 
 def wakes_claims(plan: RelayPlan, room: Room | None) -> bool:

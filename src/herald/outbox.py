@@ -74,7 +74,7 @@ class Relay:
         max_payload_bytes: int,
         on_deliveries: Callable[[], None] = lambda: None,
         on_batch: Callable[[RelayPlan], None] = lambda plan: None,
-        handoff: Handover | None = None,
+        handover: Handover | None = None,
         on_storage: Callable[[str, bool], None] = lambda component, ok: None,
     ) -> None:
         self._on_storage = on_storage
@@ -90,7 +90,7 @@ class Relay:
         self._on_batch = on_batch
         # New deliveries go straight to this process's dispatcher, leased to it in the
         # relay's own transaction, as far as it has room: no claim query, no wake-up.
-        self._handoff = handoff
+        self._handover = handover
         self._wake = asyncio.Event()
         self.running = False
         self.storage_error: str | None = None
@@ -175,7 +175,7 @@ class Relay:
         started = time.time()
         for _ in range(10):
             await self._catalog.refresh()
-            room = self._handoff.room() if self._handoff is not None else None
+            room = self._handover.room() if self._handover is not None else None
             plan, count = await self._store.relay(
                 self._batch,
                 functools.partial(self.process, room=room),
@@ -200,7 +200,7 @@ class Relay:
         started = time.time()
         for _ in range(10):
             await self._catalog.refresh()
-            room = self._handoff.room() if self._handoff is not None else None
+            room = self._handover.room() if self._handover is not None else None
             done = await self._store.relay_source(
                 source,
                 rows,
@@ -231,8 +231,8 @@ class Relay:
                 reason=traceparent_problem(raw.decode("ascii", "replace")),
             )
         if plan.leased:
-            assert self._handoff is not None
-            self._handoff.receive(plan)
+            assert self._handover is not None
+            self._handover.receive(plan)
         if wakes_claims(plan, room):
             self._on_deliveries()
         self._on_batch(plan)

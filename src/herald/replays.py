@@ -4,7 +4,7 @@ Every replay that re-queues (the CLI's, the API's, the console's) is stored as a
 :class:`~herald.model.Replay` (``rpl_…``, ``herald_replays``) before its first batch,
 and the deliveries it re-queues carry its id, so its outcome is counted later from
 ``herald_deliveries_replay``, a partial index of the re-queued deliveries only.
-The service layer reaches it as ``DestinationService.replays``.
+The service layer reaches it as ``Operations.replays``.
 """
 
 from __future__ import annotations

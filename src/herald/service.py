@@ -1,11 +1,13 @@
-"""Destination, delivery and event operations shared by the CLI, the REST API and
-the console.
+"""The service: every operation a caller may ask of Herald's data, shared by the REST
+API, the console, the portal and the CLI (:class:`Operations`).
 
 Every rule about what a caller may do lives here once: body validation, state
-transitions, verification, test pings, secret rotation, retry. Replays are
-:mod:`herald.replays` (``DestinationService.replays``); the one audit line of a
-change is :func:`herald.audit.audit`; a body's field problems are gathered by
-:class:`herald.fields.Problems`.
+transitions, secret rotation, retry. Its rooms: the destinations and deliveries here,
+events in :mod:`herald.events`, verification and test pings in :mod:`herald.pings`,
+replays in :mod:`herald.replays` (``Operations.replays``), the event-type catalogs in
+:mod:`herald.eventtypes` (``Operations.event_types``). Who may call is
+:mod:`herald.access`; the one audit line of a change is :func:`herald.audit.audit`; a
+body's field problems are gathered by :class:`herald.fields.Problems`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import orjson
 import structlog
 
 from herald.adapters.base import MASK, DestinationConfig
 from herald.adapters.registry import Registry
-from herald.apikeys import KeyCache
-from herald.attempt import attempt, log_ids
 from herald.catalog import Catalog
 from herald.errors import BadRequest, Conflict, NotFound, ValidationError
+from herald.events import EventOperations
 from herald.eventtypes import EventTypes
 from herald.fields import (
     FLOW_FIELDS,
@@ -39,18 +39,9 @@ from herald.fields import (
     str_field,
 )
 from herald.ids import new_id
-from herald.ingest import (
-    event_id_problem,
-    ordering_key_problem,
-    reserved_type_problem,
-    traceparent_problem,
-)
-from herald.match import SubscriptionIndex, validate_event_type
+from herald.match import SubscriptionIndex
 from herald.model import (
     DEFAULT_TENANT,
-    TEST_EVENT_TYPE,
-    VERIFICATION_EVENT_TYPE,
-    Attempt,
     BlockedKey,
     Delivery,
     DeliveryFilter,
@@ -59,30 +50,22 @@ from herald.model import (
     Destination,
     DestinationHealth,
     DestinationStatus,
-    DueDelivery,
     Event,
     HourCount,
-    NewDelivery,
     ReplayResult,
 )
 from herald.overview import Overview
 from herald.overview import read as read_overview
 from herald.payload_filter import compile_filter, document_of
+from herald.pings import Pings
 from herald.replays import Replays
 from herald.retry import RetryPolicy
 from herald.signing import generate_secret, parse_secret
 from herald.store import Store
-from herald.store.base import ApiKeyInfo
-from herald.store.recent import EventsPage, EventSummary
-from herald.timeutil import format_epoch, parse_timestamp
 
 ROTATION_WINDOW_SECONDS = 24 * 3600
 
 log = structlog.get_logger("herald.service")
-
-
-EVENT_DELIVERIES_MAX = 200
-"""An event's page lists at most this many of its deliveries."""
 
 
 FILTER_TEST_EVENTS = 50
@@ -101,7 +84,15 @@ def filter_field(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(spec)
 
 
-class DestinationService:
+class Operations(EventOperations, Pings):
+    """Every operation a caller may ask of destinations, deliveries, events, replays and
+    event types, one object per process (``herald.wiring.components``), whatever face
+    the caller came through.
+
+    A change that gives the daemon work (a destination created, changed or deleted, a
+    delivery re-queued, an event published, a replay's batch) is signalled once, here,
+    to ``when_changed``: the daemon sets it to wake its relay and dispatcher."""
+
     def __init__(
         self,
         store: Store,
@@ -118,13 +109,15 @@ class DestinationService:
         self.policy = policy
         # (``is None``: an empty catalog is falsy, and the caller's must be the one used.)
         self.catalog = catalog if catalog is not None else Catalog(store, registry)
-        self._on_change = on_change
-        self.replays = Replays(store, on_change=on_change)
+        self.when_changed = on_change
+        """Told of each change that gives the daemon work (see the class)."""
+        self.replays = Replays(store, on_change=self._on_change)
         """Replays of deliveries (:mod:`herald.replays`)."""
-        self.keys: KeyCache[ApiKeyInfo] = KeyCache(store.api_key)
-        """Keys by their digest, as the API and the console look them up (one cache)."""
         self.event_types = EventTypes(store)
         """The tenants' event-type catalogs (:mod:`herald.eventtypes`)."""
+
+    def _on_change(self) -> None:
+        self.when_changed()
 
     # --- destinations -------------------------------------------------------
     def _type_object(
@@ -166,29 +159,6 @@ class DestinationService:
         for key in body:
             if key not in allowed:
                 raise BadRequest(f"unknown field {key!r}", field=key, code="unknown_field")
-
-    def _verification(self, dest: Destination, now: float) -> tuple[Event, NewDelivery]:
-        event = Event(
-            id=new_id("evt_"),
-            tenant_id=dest.tenant_id,
-            type=VERIFICATION_EVENT_TYPE,
-            created_at=format_epoch(now),
-            created_ts=now,
-            data=orjson.dumps({"destination_id": dest.id}),
-        )
-        delivery = NewDelivery(
-            id=new_id("dlv_"),
-            tenant_id=dest.tenant_id,
-            event_id=event.id,
-            event_type=event.type,
-            destination_id=dest.id,
-            kind=DeliveryKind.VERIFICATION,
-            max_attempts=0,  # its first round: the daemon that attempts it decides the budget
-            next_attempt_at=now,
-            held=False,
-            created_at=now,
-        )
-        return event, delivery
 
     async def create(self, tenant_id: str, body: Mapping[str, Any]) -> Destination:
         type_name = str_field(body, "type", required=True, max_length=MAX_TYPE_LENGTH)
@@ -519,55 +489,6 @@ class DestinationService:
 
         return await self._write(tenant_id, dest_id, change), secret
 
-    async def test(self, tenant_id: str, dest_id: str) -> Delivery:
-        """Send ``test.ping`` once, no retry, to an active destination; return the delivery."""
-        dest = await self.get(tenant_id, dest_id)
-        if dest.status is not DestinationStatus.ACTIVE:
-            raise Conflict(
-                f"test events go only to active destinations; this one is {dest.status.value}",
-                code="destination_not_active",
-            )
-        now = time.time()
-        event = Event(
-            id=new_id("evt_"),
-            tenant_id=tenant_id,
-            type=TEST_EVENT_TYPE,
-            created_at=format_epoch(now),
-            created_ts=now,
-            data=b'{"ok":true}',
-        )
-        new = NewDelivery(
-            id=new_id("dlv_"),
-            tenant_id=tenant_id,
-            event_id=event.id,
-            event_type=event.type,
-            destination_id=dest.id,
-            kind=DeliveryKind.TEST,
-            max_attempts=1,
-            next_attempt_at=None,
-            held=False,
-            created_at=now,
-        )
-        await self.store.insert_deliveries([event], [new])
-        await self.catalog.refresh()
-        if self.catalog.get(dest.id) is None:
-            await self.catalog.refresh(force=True)
-        item = DueDelivery(new.id, dest.id, DeliveryKind.TEST, 0, 1, event)
-        record, type_id = await attempt(self.catalog, self.policy, item)
-        await self.store.record_attempts([record])
-        # One line whatever the outcome (with the API's request_id when it asked).
-        log.info(
-            "test_ping_sent",
-            **log_ids(item),
-            destination_type=type_id,
-            outcome=record.attempt.outcome.value,
-            response_status=record.attempt.response_status,
-            error=record.attempt.error,
-        )
-        delivery = await self.store.get_delivery(tenant_id, new.id, with_attempts=True)
-        assert delivery is not None
-        return delivery
-
     # --- deliveries ---------------------------------------------------------
     async def list_deliveries(
         self, flt: DeliveryFilter, *, before_id: str | None = None, limit: int = 20
@@ -620,154 +541,13 @@ class DestinationService:
         delivery they wait for (docs/ordering.md)."""
         return await self.store.blocked_keys(dest.id, limit=limit)
 
-    # --- events -------------------------------------------------------------
-    async def publish(
-        self,
-        tenant_id: str,
-        type: str,
-        data: Any,
-        *,
-        event_id: str | None = None,
-        created_at: str | None = None,
-        traceparent: str | None = None,
-        ordering_key: str | None = None,
-    ) -> Event:
-        """Write one event into the outbox (for producers that cannot write it themselves).
-        An invalid ``traceparent`` is dropped with a warning, as the relay drops a row's:
-        a broken trace context never costs the event."""
-        try:
-            validate_event_type(type)
-        except ValueError as exc:
-            raise ValidationError(str(exc), field="type", code="event_type_invalid") from exc
-        if (problem := reserved_type_problem(type)) is not None:
-            raise ValidationError(problem, field="type", code="event_type_reserved")
-        if not isinstance(data, dict):
-            raise ValidationError("data must be a JSON object", field="data", code="data_invalid")
-        if ordering_key is not None and (problem := ordering_key_problem(ordering_key)):
-            raise ValidationError(problem, field="ordering_key", code="ordering_key_invalid")
-        await self._check_schema(tenant_id, type, data)
-        if event_id is None:
-            event_id = new_id("evt_")
-        elif (problem := event_id_problem(event_id)) is not None:
-            raise ValidationError(problem, field="id", code="event_id_invalid")
-        now = time.time()
-        if created_at is None:
-            instant_text, instant_ts = format_epoch(now), now
-        else:
-            try:
-                instant = parse_timestamp(created_at)
-            except ValueError as exc:
-                raise ValidationError(
-                    str(exc), field="created_at", code="timestamp_invalid"
-                ) from exc
-            instant_text, instant_ts = instant.text, instant.epoch
-        payload = orjson.dumps(data)
-        if traceparent and (problem := traceparent_problem(traceparent)):
-            log.warning("traceparent_ignored", event_id=event_id, reason=problem)
-            traceparent = None
-        await self.store.insert_outbox(
-            id=event_id,
-            tenant_id=tenant_id,
-            type=type,
-            data=payload,
-            created_at=instant_text,
-            traceparent=traceparent or None,
-            ordering_key=ordering_key,
-        )
-        self._on_change()
-        return Event(
-            event_id,
-            tenant_id,
-            type,
-            instant_text,
-            instant_ts,
-            payload,
-            traceparent or None,
-            ordering_key,
-        )
-
-    async def _check_schema(self, tenant_id: str, type: str, data: dict[str, Any]) -> None:
-        """422 ``schema_mismatch`` naming each place where ``data`` breaks its type's
-        schema (at most 20), or ``event_type_unknown`` under
-        ``catalog.require_known_types``; the catalog is reloaded first if it changed."""
-        await self.catalog.refresh()
-        found = self.catalog.violations(tenant_id, type, data)
-        if not found:
-            return
-        if found[0][0] == "type":
-            raise ValidationError(found[0][1], field="type", code="event_type_unknown")
-        first, *rest = (
-            ValidationError(f"{path}: {message}", field=path, code="schema_mismatch")
-            for path, message in found
-        )
-        first.also = tuple(rest)
-        raise first
-
     # --- the operator console (herald.console): every tenant's view ----------
     async def overview(self, *, now: float | None = None, tenant_id: str | None = None) -> Overview:
         """What the console's front page shows (:func:`herald.overview.read`)."""
         return await read_overview(self.store, now=now, tenant_id=tenant_id)
 
-    async def find_event(
-        self, tenant_id: str | None, event_id: str
-    ) -> tuple[Event, list[Delivery]]:
-        """An event (of any tenant when ``tenant_id`` is None) and the deliveries it
-        fanned out to, newest first."""
-        event = await self.store.get_event(tenant_id, event_id)
-        if event is None and tenant_id is not None:
-            return await self.get_event(tenant_id, event_id), []
-        if event is None:
-            raise NotFound(f"no event {event_id}", code="event_not_found")
-        # By (tenant, event id): another tenant that used the same id must not crowd
-        # this event's deliveries out of the page.
-        found = await self.store.event_deliveries(
-            event.tenant_id, event.id, limit=EVENT_DELIVERIES_MAX
-        )
-        return event, found
 
-    async def rejected_rows(self, *, limit: int = 100) -> list[dict[str, object]]:
-        """The newest rows the relay could not turn into events, with their reasons."""
-        return await self.store.list_rejected(limit=limit)
+DestinationService = Operations
+"""The service's old name, kept while branches written against it are merged."""
 
-    async def get_event(self, tenant_id: str, event_id: str) -> Event:
-        event = await self.store.get_event(tenant_id, event_id)
-        if event is None:
-            # Published but not yet relayed: it exists for the caller already.
-            event = await self.store.get_outbox_event(tenant_id, event_id)
-        if event is None:
-            # The relay moves an event out of the outbox and into the events in one
-            # transaction; if it did so between the two reads above, it is there now.
-            event = await self.store.get_event(tenant_id, event_id)
-        if event is None:
-            raise NotFound(f"no event {event_id}", code="event_not_found")
-        return event
-
-    async def recent_events(
-        self,
-        tenant_id: str | None,
-        *,
-        type: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        after: EventsPage | None = None,
-        limit: int = 20,
-    ) -> tuple[list[EventSummary], bool]:
-        """Events newest first (every tenant's when ``tenant_id`` is None), received
-        within [``since``, ``until``], of one ``type`` if given, past ``after``; and
-        whether there are more."""
-        if type is not None:
-            check_event_types((type,), field="type")
-        rows = await self.store.list_events(
-            tenant_id=tenant_id, type=type, since=since, until=until, after=after, limit=limit + 1
-        )
-        return rows[:limit], len(rows) > limit
-
-    async def verification_attempt(self, dest: Destination) -> Attempt | None:
-        """The last attempt of ``dest``'s newest verification ping (why a pending
-        destination is still pending), None without one."""
-        flt = DeliveryFilter(destination_id=dest.id, kind=DeliveryKind.VERIFICATION)
-        found = await self.store.list_deliveries(flt, before_id=None, limit=1)
-        return found[0].last_attempt if found else None
-
-
-__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "ReplayResult"]
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "Operations", "ReplayResult"]

@@ -58,7 +58,7 @@ class Slots:
         self._per_tenant = max_per_tenant
         self._destination_enough = destination_enough
         self._tenant_enough = tenant_enough
-        """Where a claim starts to skip a destination or a tenant (``herald.floor``):
+        """Where a claim starts to skip a destination or a tenant (``herald.claims``):
         a release that brings one below it makes room a claim can use."""
         self._begin = begin
         self._unwritten = unwritten

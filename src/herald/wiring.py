@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from herald.access import Access
 from herald.adapters.base import AdapterContext
 from herald.adapters.registry import Registry
 from herald.catalog import Catalog
@@ -25,7 +26,7 @@ from herald.dispatch import Limits
 from herald.egress import EgressPolicy
 from herald.errors import ConfigError, StorageError
 from herald.retry import RetryPolicy
-from herald.service import DestinationService
+from herald.service import Operations
 from herald.sourcedb import check_driver, probe
 from herald.store import Store, make_store
 
@@ -91,19 +92,24 @@ class Components:
     registry: Registry
     catalog: Catalog
     policy: RetryPolicy
-    service: DestinationService
+    service: Operations
+    """What callers may do, built once per process (the daemon listens to its changes)."""
+    access: Access
+    """Who may call: keys, sessions, tokens, idempotency, rate budgets."""
 
 
 @contextlib.asynccontextmanager
-async def components(settings: Settings) -> AsyncIterator[Components]:
-    """Open the store and build the service layer (for CLI commands and the daemon)."""
-    box = secret_box(settings)
-    store = make_store(settings, box)
+async def components(
+    settings: Settings, *, box: SecretBox | None = None
+) -> AsyncIterator[Components]:
+    """Open the store and build the service layer (for CLI commands and the daemon);
+    ``box`` seals credentials instead of the settings' keys (a key rotation's)."""
+    store = make_store(settings, box or secret_box(settings))
     await store.open()
     registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
     catalog = Catalog(store, registry, require_known_types=settings.catalog.require_known_types)
     policy = retry_policy(settings)
-    service = DestinationService(
+    service = Operations(
         store,
         registry,
         policy,
@@ -111,7 +117,9 @@ async def components(settings: Settings) -> AsyncIterator[Components]:
         max_destinations_per_tenant=settings.api.max_destinations_per_tenant,
     )
     try:
-        yield Components(settings, store, registry, catalog, policy, service)
+        yield Components(
+            settings, store, registry, catalog, policy, service, Access(store, settings)
+        )
     finally:
         await registry.close()
         await store.close()

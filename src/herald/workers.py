@@ -40,6 +40,7 @@ import threading
 import traceback
 import zlib
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -48,6 +49,7 @@ import orjson
 import structlog
 
 from herald.attempt import AttemptDone, attempt
+from herald.catalog import Catalog
 from herald.config import Settings
 from herald.dispatch import Dispatcher
 from herald.gctune import settle_after_startup
@@ -60,8 +62,8 @@ from herald.model import (
     Event,
     Outcome,
 )
+from herald.retry import RetryPolicy
 from herald.store.rows import attempt_to_row
-from herald.wiring import components
 
 log = structlog.get_logger("herald.workers")
 
@@ -230,8 +232,19 @@ class LineBatcher:
 
 
 # --- the child ----------------------------------------------------------------------------
-async def serve_worker(settings: Settings) -> int:
-    """``herald worker``: make the attempts the parent sends until its input ends."""
+class WorkerParts(Protocol):
+    """What an attempt process needs of its wiring (``herald.wiring.Components``)."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def policy(self) -> RetryPolicy: ...
+
+
+async def serve_worker(parts: AbstractAsyncContextManager[WorkerParts]) -> int:
+    """``herald worker``: make the attempts the parent sends until its input ends, with
+    the catalog and policy of ``parts`` (opened once the parent says start)."""
     loop = asyncio.get_running_loop()
     # The parent decides when to stop (it closes our input once its attempts are back):
     # signals sent to the whole group (Ctrl-C, a supervisor) must not cut attempts short.
@@ -245,7 +258,7 @@ async def serve_worker(settings: Settings) -> int:
         return 0 if not first else 2  # the parent went away before it started us
     records = LineBatcher(out, loop)
 
-    async with components(settings) as comp:
+    async with parts as comp:
         await comp.catalog.refresh(force=True)
         settle_after_startup()
         out.write(READY)  # the parent waits for this before it serves

@@ -558,7 +558,7 @@ async def test_a_revoked_key_is_refused_and_the_others_keep_working(
 ) -> None:
     """`herald keys list` names each key by an id and its last characters (never the key);
     `herald keys revoke` takes that id or the key itself, and the API refuses the key
-    within the key lookup's bound (herald.apikeys.KEY_CACHE_SECONDS)."""
+    within the key lookup's bound (herald.access.keys.KEY_CACHE_SECONDS)."""
     h = herald_factory()
     first = await create_key(h, "acme")
     second = await create_key(h, "acme")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from herald.apikeys import KEY_CACHE_SECONDS
+from herald.access.keys import KEY_CACHE_SECONDS
 from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
@@ -182,7 +182,7 @@ def refused_within_the_bound(since: float, refused: Callable[[], bool]) -> None:
 def test_a_revoked_key_is_refused_by_the_api_and_the_console_within_a_second(
     tmp_path: Path,
 ) -> None:
-    """One key lookup (``herald.apikeys.KeyCache``) for both faces: a key revoked by
+    """One key lookup (``herald.access.keys.KeyCache``) for both faces: a key revoked by
     another process (the CLI) opens nothing once its bound has passed; a console
     session ends with its operator key at once."""
     h = Herald(tmp_path, {"api": {"rate_limit_requests": 100_000}})

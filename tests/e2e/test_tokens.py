@@ -10,12 +10,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from herald.access.tokens import TokenRefused, Tokens
 from herald.crypto import SecretBox
 from herald.store import Store
 from herald.store.postgres import PostgresStore
 from herald.store.sqlite import SQLiteStore
 from herald.timeutil import parse_timestamp
-from herald.tokens import TokenRefused, Tokens
 from tests.support.api import Api, create_key, error_of, eventually
 from tests.support.daemon import Herald
 

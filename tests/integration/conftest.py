@@ -39,7 +39,7 @@ from herald.match import validate_event_type
 from herald.model import Delivery, DeliveryFilter, Destination, DestinationStatus
 from herald.outbox import Relay, publish
 from herald.retry import RetryPolicy
-from herald.service import DestinationService
+from herald.service import Operations
 from herald.store import Store, make_store
 from herald.store import postgres as postgres_store
 from herald.store import sqlite as sqlite_store
@@ -180,7 +180,7 @@ class Harness:
     registry: Registry
     catalog: Catalog
     policy: RetryPolicy
-    service: DestinationService
+    service: Operations
     relay: Relay
     dispatchers: list[Dispatcher] = field(default_factory=list)
     _db: Db | None = field(default=None, repr=False)
@@ -337,7 +337,7 @@ async def open_harness(
         max_retries=d.max_retries,
         retry_after_max_seconds=d.retry_after_max_seconds,
     )
-    service = DestinationService(store, registry, policy, catalog=catalog)
+    service = Operations(store, registry, policy, catalog=catalog)
     relay = Relay(
         store,
         catalog,

@@ -8,9 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-import herald.service as service_module
-from herald.apikeys import OPERATOR_KIND, OPERATOR_TENANT, TENANT_KIND, hash_api_key, new_api_key
-from herald.console.session import Sessions
+import herald.events as events_module
+from herald.access.keys import (
+    OPERATOR_KIND,
+    OPERATOR_TENANT,
+    TENANT_KIND,
+    Keys,
+    hash_api_key,
+    new_api_key,
+)
+from herald.access.sessions import Sessions
 from herald.errors import NotFound
 from herald.model import DeliveryFilter, DeliveryStatus, Destination, Outcome
 from herald.overview import Overview
@@ -61,7 +68,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
     await store.create_api_key(
         key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
     )
-    sessions = Sessions(store, harness.settings.console, keys=harness.service.keys)
+    sessions = Sessions(store, harness.settings.console, keys=Keys(store))
     assert await sessions.sign_in("sk_live_not-an-operator-key") is None
     assert await sessions.sign_in("") is None
     signed = await sessions.sign_in(op)
@@ -106,7 +113,7 @@ async def test_sessions_expire_and_end_with_their_key(harness: Harness) -> None:
 async def test_a_refused_sign_in_says_what_an_operator_can_act_on(harness: Harness) -> None:
     """Issue 31: one generic message for every refused key told an operator nothing."""
     store = harness.store
-    sessions = Sessions(store, harness.settings.console, keys=harness.service.keys)
+    sessions = Sessions(store, harness.settings.console, keys=Keys(store))
     op, other, tenant = new_api_key(operator=True), new_api_key(operator=True), new_api_key()
     await store.create_api_key(
         key_hash=hash_api_key(op), tenant_id=OPERATOR_TENANT, hint="x", now=1.0, kind=OPERATOR_KIND
@@ -198,7 +205,7 @@ async def test_another_tenants_reuse_of_an_event_id_hides_none_of_its_deliveries
     """Event ids are unique per tenant: tenant ``other`` may publish ``evt_same`` too,
     with more (newer) deliveries than the event page lists. Each tenant's page (the
     console's ``?tenant=``, the portal's scope) lists that tenant's deliveries."""
-    monkeypatch.setattr(service_module, "EVENT_DELIVERIES_MAX", 2)
+    monkeypatch.setattr(events_module, "EVENT_DELIVERIES_MAX", 2)
     service = harness.service
     mine = destination()
     theirs = [replace(destination(), tenant_id="other") for _ in range(3)]

@@ -13,7 +13,7 @@ import pytest
 import structlog.testing
 from aiohttp import web
 
-from herald import floor
+from herald import claims
 from herald.attempt import AttemptDone, attempt
 from herald.dispatch import UNWRITTEN_FACTOR, Dispatcher
 from herald.errors import StorageError
@@ -880,7 +880,7 @@ async def test_a_rescan_finds_deliveries_due_before_what_claims_skip(
     """Held deliveries that become due (their destination activated) are older than
     the point claims start from past a saturated destination: a rescan finds them at
     once, not when that point expires."""
-    monkeypatch.setattr(floor, "DUE_FLOOR_SECONDS", 600.0)
+    monkeypatch.setattr(claims, "DUE_FLOOR_SECONDS", 600.0)
     h = await harness_factory(
         delivery={
             "max_concurrency": 4,

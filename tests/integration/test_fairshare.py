@@ -13,7 +13,7 @@ from herald.dispatch import Dispatcher
 from herald.errors import ValidationError
 from herald.model import DeliveryStatus
 from herald.outbox import Relay
-from herald.service import DestinationService
+from herald.service import Operations
 from tests.integration.conftest import (
     Gate,
     Harness,
@@ -98,7 +98,7 @@ async def test_the_hand_over_leaves_a_saturated_tenants_deliveries_to_the_claims
         poll_interval=0.01,
         idle_poll=1.0,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
-        handoff=dispatcher.handover,
+        handover=dispatcher.handover,
     )
     async with running(dispatcher):
 
@@ -149,7 +149,7 @@ def body(n: int) -> dict[str, object]:
 
 async def test_a_tenant_has_at_most_max_destinations_per_tenant(harness: Harness) -> None:
     h = harness
-    service = DestinationService(
+    service = Operations(
         h.store, h.registry, h.policy, catalog=h.catalog, max_destinations_per_tenant=2
     )
     first = await service.create("full", body(1))

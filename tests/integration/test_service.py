@@ -1,4 +1,4 @@
-"""DestinationService over a real store (both backends): validation, state transitions,
+"""Operations over a real store (both backends): validation, state transitions,
 test pings, replay."""
 
 from __future__ import annotations
@@ -356,6 +356,26 @@ async def test_delete_fails_pending_deliveries_and_keeps_the_record(harness: Har
     event_id = await h.emit("order.created")
     assert [d for d in await h.deliveries() if d.event_id == event_id] == []
     assert await h.store.claim_due(now=time.time(), limit=10, owner="w", lease_until=2e9) == []
+
+
+async def test_each_change_signals_the_daemon_once(harness: Harness) -> None:
+    """Issue 29: the service is the one that tells the daemon of a change (the faces
+    no longer wake it again), once per change, and a read tells it nothing."""
+    h = harness
+    told: list[str] = []
+    h.service.when_changed = lambda: told.append("changed")
+    dest = await h.service.create("default", body())
+    assert told == ["changed"]
+    await h.service.update("default", dest.id, {"name": "renamed"})
+    await h.service.verify("default", dest.id)
+    assert len(told) == 3
+    await h.service.get("default", dest.id)
+    await h.service.list_destinations("default")
+    assert len(told) == 3
+    await h.service.publish("default", "order.created", {"n": 1})
+    assert len(told) == 4
+    await h.service.delete("default", dest.id)
+    assert len(told) == 5
 
 
 # --- test pings ---------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import hashlib
 
 import pytest
 
-from herald.apikeys import hash_api_key, new_api_key
-from herald.tokens import IDLE_SECONDS, LIFETIME_SECONDS, TokenRefused, Tokens
+from herald.access.keys import hash_api_key, new_api_key
+from herald.access.tokens import IDLE_SECONDS, LIFETIME_SECONDS, TokenRefused, Tokens
 from tests.integration.conftest import Harness
 
 T0 = 1_800_000_000.0

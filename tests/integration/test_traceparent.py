@@ -19,7 +19,7 @@ from tests.integration.conftest import (
     running,
 )
 from tests.integration.test_dispatch import only_delivery, wait_for_delivery
-from tests.integration.test_handoff import handing_over
+from tests.integration.test_handover import handing_over
 from tests.support.receiver import Received
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

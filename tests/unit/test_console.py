@@ -8,13 +8,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from herald.access.sessions import csrf_for
 from herald.adapters.base import MASK, AdapterContext
 from herald.adapters.registry import Registry
 from herald.config import ConsoleSettings, Settings
 from herald.console import charts, forms
 from herald.console.deliveries import retry_state
 from herald.console.scope import Face, Scope
-from herald.console.session import clear_cookie, csrf_for, csrf_matches, set_cookie
+from herald.console.session import clear_cookie, csrf_matches, set_cookie
 from herald.egress import EgressPolicy
 from herald.model import Attempt, Delivery, DeliveryKind, DeliveryStatus, Outcome
 

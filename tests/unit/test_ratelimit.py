@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from herald.api.ratelimit import RateLimiter
+from herald.access.ratelimit import RateLimiter
 
 
 class Table:

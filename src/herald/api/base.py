@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,12 +22,13 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel
 
+from herald.access import Access
+from herald.access.idempotency import fingerprint as request_fingerprint
+from herald.access.keys import API_KEY_PREFIX, TENANT_KIND, hash_api_key
 from herald.api import schemas
 from herald.api.cursor import CursorCodec
 from herald.api.errors import PayloadTooLarge, RateLimited, RequestTimeout, Unauthorized, error_body
-from herald.api.ratelimit import request_limiters
 from herald.api.server import read_body
-from herald.apikeys import API_KEY_PREFIX, TENANT_KIND, hash_api_key
 from herald.audit import audit
 from herald.config import Settings
 from herald.errors import BadRequest, Conflict, HeraldError, NotFound, StorageError, ValidationError
@@ -36,8 +36,7 @@ from herald.fields import MAX_TYPE_LENGTH
 from herald.ids import new_id
 from herald.logs import debug_enabled
 from herald.metrics import Metrics
-from herald.service import DestinationService
-from herald.tokens import Tokens
+from herald.service import Operations
 from herald.views import destination_view, list_view
 
 log = structlog.get_logger("herald.api")
@@ -76,26 +75,24 @@ class ApiBase:
 
     def __init__(
         self,
-        service: DestinationService,
+        service: Operations,
         *,
+        access: Access,
         settings: Settings,
         cursor_key: bytes,
-        wake: Callable[[], None] = lambda: None,
         metrics: Metrics | None = None,
     ) -> None:
         self.service = service
+        self.access = access
         self.metrics = metrics
         self.registry = service.registry
         self.settings = settings
         self.models = schemas.destination_models(service.registry)
         self.cursors = CursorCodec(cursor_key)
-        store = service.store
-        # Requests without a valid key are counted per client address, in memory.
-        self.limiter, self.anonymous = request_limiters(
-            settings.api, counter=store.count_request if store.shared else None
-        )
-        self.wake = wake
-        self.tokens = Tokens(store)
+        # The process's budgets, which the console shares; requests without a valid key
+        # are counted per client address, in memory.
+        self.limiter, self.anonymous = access.limiter, access.anonymous
+        self.tokens = access.tokens
 
     # --- middleware -------------------------------------------------------------
     @web.middleware
@@ -303,7 +300,7 @@ class ApiBase:
         if not API_KEY.fullmatch(key):
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
         digest = hash_api_key(key)
-        found = await self.service.keys.get(digest)
+        found = await self.access.keys.lookup(digest)
         # Only tenant keys: an operator key opens the console, not the API.
         if found is None or found.kind != TENANT_KIND:
             raise Unauthorized("the API key is not valid", code="auth_invalid_key")
@@ -376,20 +373,9 @@ class ApiBase:
                 code="idempotency_key_invalid",
             )
         tenant = request[TENANT]
-        canonical = body
-        with contextlib.suppress(orjson.JSONDecodeError):
-            canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
-        fingerprint = hashlib.sha256(
-            request.method.encode() + b" " + request.path.encode() + b"\n" + canonical
-        ).hexdigest()
-        store = self.service.store
-        existing = await store.idempotency_begin(
-            tenant_id=tenant,
-            key=key,
-            fingerprint=fingerprint,
-            now=time.time(),
-            ttl=self.settings.api.idempotency_ttl_seconds,
-        )
+        fingerprint = request_fingerprint(request.method, request.path, body)
+        records = self.access.idempotency
+        existing = await records.begin(tenant, key, fingerprint)
         if existing is not None:
             if existing.fingerprint != fingerprint:
                 raise ValidationError(
@@ -420,15 +406,15 @@ class ApiBase:
         except HeraldError as exc:
             status = exc.status
             if status >= 500:
-                await store.idempotency_abort(tenant_id=tenant, key=key)
+                await records.abort(tenant, key)
                 raise
             response = self._error(exc, request[REQUEST_ID], status)
         except BaseException:
-            await store.idempotency_abort(tenant_id=tenant, key=key)
+            await records.abort(tenant, key)
             raise
         assert isinstance(response.body, bytes)
         kept = response.body
         if stored is not None and 200 <= response.status < 300:
             kept = stored(kept)
-        await store.idempotency_finish(tenant_id=tenant, key=key, status=response.status, body=kept)
+        await records.finish(tenant, key, status=response.status, body=kept)
         return response

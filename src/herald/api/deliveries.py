@@ -60,7 +60,6 @@ class DeliveryHandlers(ApiBase):
     async def retry_delivery(self, request: web.Request) -> web.StreamResponse:
         delivery = await self.service.retry(request[TENANT], request.match_info["id"])
         self._audit(request, "delivery_retried", delivery_id=delivery.id)
-        self.wake()
         return self._respond(
             schemas.Delivery, delivery_view(delivery, with_attempts=True), status=202
         )
@@ -85,7 +84,6 @@ class DeliveryHandlers(ApiBase):
             dry_run=body.dry_run,
             rate_per_second=self.settings.delivery.replay_rate_per_second or None,
         )
-        self.wake()
         view = {**replay_result_view(result), "request_id": request[REQUEST_ID]}
         return self._respond(schemas.ReplayResult, view, status=200 if body.dry_run else 202)
 

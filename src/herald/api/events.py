@@ -6,12 +6,12 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from herald.access.tokens import IssuedToken
 from herald.api import schemas
 from herald.api.base import KEY_HASH, REQUEST_ID, TENANT, ApiBase, log
 from herald.api.request import json_body
 from herald.errors import Conflict
 from herald.timeutil import format_epoch
-from herald.tokens import IssuedToken
 from herald.views import event_view
 
 

@@ -15,12 +15,13 @@ from herald.errors import ConfigError
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from herald.logs import configure
+    from herald.wiring import components
     from herald.workers import serve_worker
 
     # stdout carries the attempt records to the parent: log lines go to stderr.
     configure(level=settings.log.level, fmt=settings.log.format, stream=sys.stderr)
     with _traced(settings), asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve_worker(settings))
+        return runner.run(serve_worker(components(settings)))
 
 
 @contextlib.contextmanager

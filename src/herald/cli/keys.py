@@ -4,31 +4,19 @@ and re-encrypting credentials under a new encryption key."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from herald.apikeys import (
-    API_KEY_PREFIX,
-    OPERATOR_KEY_PREFIX,
-    OPERATOR_KIND,
-    OPERATOR_TENANT,
-    TENANT_KIND,
-    hash_api_key,
-    key_id,
-    new_api_key,
-)
+from herald.access import ApiKeyInfo
+from herald.access.keys import OPERATOR_KIND, OPERATOR_TENANT, key_id
 from herald.cli.common import EXIT_OK, UsageError, os_user
 from herald.cli.output import print_json, short_ts, table
 from herald.config import Settings
-from herald.errors import ConfigError, HeraldError, NotFound
+from herald.errors import ConfigError, HeraldError
 from herald.model import DEFAULT_TENANT
-from herald.store.base import ApiKeyInfo
 from herald.timeutil import format_epoch
 from herald.views import list_view
 
@@ -37,17 +25,9 @@ async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
     operator = args.operator
-    tenant, kind = _scope(args)
-    key = new_api_key(operator=operator)
-    digest = hash_api_key(key)
+    tenant = _tenant(args)
     async with components(settings) as comp:
-        await comp.store.create_api_key(
-            key_hash=digest,
-            tenant_id=tenant,
-            hint=key[-4:],
-            now=time.time(),
-            kind=kind,
-        )
+        key, digest = await comp.access.keys.create(tenant, operator=operator)
     structlog.get_logger("herald.keys").info(
         "api_key_created", by=f"cli:{os_user()}", **_whose(args), key_id=key_id(digest)
     )
@@ -96,8 +76,7 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
     it again; until then every row opens with the old or the new key.
     """
     from herald.crypto import SecretBox
-    from herald.store import make_store
-    from herald.wiring import InstanceLock, encryption_key, previous_keys
+    from herald.wiring import InstanceLock, components, encryption_key, previous_keys
 
     if not 1 <= args.batch_size <= 10_000:
         raise UsageError("--batch-size must be from 1 to 10000")
@@ -116,28 +95,19 @@ async def _cmd_keys_rotate(settings: Settings, args: argparse.Namespace) -> int:
             raise HeraldError(
                 f"herald run is using {db_path}; stop it before rotating the encryption key"
             ) from None
-    seen = rewritten = 0
+
+    def progress(rewritten: int, seen: int, last: str) -> None:
+        print(
+            f"re-encrypted {rewritten} of {seen} destinations so far (up to {last})",
+            file=sys.stderr,
+            flush=True,
+        )
+
     try:
-        store = make_store(settings, box)
-        await store.open()
-        try:
-            after: str | None = None
-            while True:
-                looked, changed, last = await store.reencrypt_secrets(
-                    after_id=after, limit=args.batch_size
-                )
-                if last is None:
-                    break
-                seen, rewritten, after = seen + looked, rewritten + changed, last
-                print(
-                    f"re-encrypted {rewritten} of {seen} destinations so far (up to {last})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if looked < args.batch_size:
-                    break
-        finally:
-            await store.close()
+        async with components(settings, box=box) as comp:
+            seen, rewritten = await comp.access.keys.reencrypt(
+                batch_size=args.batch_size, progress=progress
+            )
     finally:
         if lock is not None:
             lock.release()
@@ -174,8 +144,8 @@ async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
     from herald.wiring import components
 
     async with components(settings) as comp:
-        tenant, kind = _scope(args)
-        views = [_key_view(k) for k in await comp.store.list_api_keys(tenant, kind=kind)]
+        tenant = _tenant(args)
+        views = [_key_view(k) for k in await comp.access.keys.of(tenant, operator=args.operator)]
     if args.json:
         print_json(list_view(views, has_more=False, next_cursor=None, request_id="cli"))
     else:
@@ -193,26 +163,10 @@ async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     An operator key's console sessions end with it (they are looked up through it)."""
     from herald.wiring import components
 
-    ref = args.key.strip()
-    tenant, kind = _scope(args)
+    tenant = _tenant(args)
     whose = "operators" if args.operator else f"tenant {args.tenant!r}"
-    if ref.startswith((API_KEY_PREFIX, OPERATOR_KEY_PREFIX)):
-        prefix = hash_api_key(ref)
-    elif re.fullmatch(r"[0-9a-fA-F]{8,64}", ref):
-        prefix = ref.lower()
-    else:
-        raise UsageError("name the key by its id from 'herald keys list' or give the key itself")
     async with components(settings) as comp:
-        keys = await comp.store.list_api_keys(tenant, kind=kind)
-        live = [k for k in keys if k.key_hash.startswith(prefix) and k.revoked_at is None]
-        if len(live) > 1:
-            raise UsageError(f"{len(live)} keys of {whose} match; give more digits")
-        if not live:
-            raise NotFound(f"no unrevoked key {args.key!r} of {whose}")
-        await comp.store.revoke_api_keys(
-            tenant_id=tenant, hash_prefix=live[0].key_hash, now=time.time(), kind=kind
-        )
-        revoked = _key_view(replace(live[0], revoked_at=time.time()))
+        revoked = _key_view(await comp.access.keys.revoke(tenant, args.key, operator=args.operator))
     structlog.get_logger("herald.keys").info(
         "api_key_revoked", by=f"cli:{os_user()}", **_whose(args), key_id=revoked["id"]
     )
@@ -223,13 +177,13 @@ async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _scope(args: argparse.Namespace) -> tuple[str, str]:
-    """The tenant column and kind of the keys a command acts on."""
+def _tenant(args: argparse.Namespace) -> str:
+    """The tenant column of the keys a command acts on (none for operator keys)."""
     if args.operator:
         if args.tenant != DEFAULT_TENANT:
             raise UsageError("an operator key belongs to no tenant: give --operator or --tenant")
-        return OPERATOR_TENANT, OPERATOR_KIND
-    return args.tenant, TENANT_KIND
+        return OPERATOR_TENANT
+    return str(args.tenant)
 
 
 async def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:

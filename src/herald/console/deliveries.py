@@ -35,8 +35,8 @@ from herald.console.pages import (
 )
 from herald.console.sent import sent_view
 from herald.errors import HeraldError, NotFound
+from herald.events import EventSummary
 from herald.model import Attempt, Delivery, DeliveryStatus
-from herald.store.recent import EventSummary
 from herald.timeutil import format_epoch
 
 REJECTED_PAGE = 50
@@ -174,7 +174,6 @@ class DeliveryPages(Pages):
         # The attempts made before: the retry's may land before its answer is read.
         before = await self.service.get_delivery(tenant, request.match_info["id"])
         d = await self.service.retry(tenant, before.id)
-        self.wake()
         self.audit(request, "delivery_retried", tenant_id=d.tenant_id, delivery_id=d.id)
         response = redirect(f"{base(request)}/deliveries/{d.id}")
         # The page waits for the attempt after those made so far, and shows its outcome.

@@ -195,7 +195,6 @@ class DestinationPages(Pages):
             await self.service.update(dest.tenant_id, dest.id, {"status": status.value})
         except HeraldError as exc:
             return await self._refused(request, dest, exc)
-        self.wake()
         self._audit(request, "destination_updated", dest, **update_fields({"status": status.value}))
         return self._done(
             request, dest, "paused" if status is DestinationStatus.INACTIVE else "resumed"
@@ -229,7 +228,6 @@ class DestinationPages(Pages):
     async def verify(self, request: web.Request) -> web.StreamResponse:
         dest = await self._get(request)
         await self.service.verify(dest.tenant_id, dest.id)
-        self.wake()
         self._audit(request, "destination_verification_sent", dest)
         return self._done(request, dest, "verifying")
 
@@ -327,7 +325,6 @@ class DestinationPages(Pages):
             return await self._create_form(
                 request, kept, errors=errors, error=error, status=exc.status
             )
-        self.wake()
         self.audit(request, "destination_created", tenant_id=tenant, destination_id=dest.id)
         return self._done(request, dest, "created")
 

@@ -18,8 +18,8 @@ import orjson
 
 from herald.console.pages import choice
 from herald.console.scope import Scope
+from herald.events import EventsPage, EventSummary
 from herald.model import DeliveryFilter, DeliveryStatus
-from herald.store.recent import EventsPage, EventSummary
 from herald.timeutil import parse_timestamp
 
 FILTER_FIELDS = (

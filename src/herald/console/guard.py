@@ -20,7 +20,7 @@ from typing import Protocol
 import structlog
 from aiohttp import web
 
-from herald.api.ratelimit import RateLimiter
+from herald.access.ratelimit import RateLimiter
 from herald.api.server import read_body
 from herald.console.pages import elapsed_ms, error_page, limited, redirect
 from herald.console.scope import FORM, NONCE, REQUEST_ID, SCOPE, Face, Scope

@@ -4,7 +4,7 @@ with a fixed notice, the filtered list page and the audit line of a change."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -15,13 +15,13 @@ import orjson
 from aiohttp import web
 from markupsafe import Markup, escape
 
-from herald.api.ratelimit import Decision
+from herald.access.ratelimit import Decision
 from herald.audit import audit
 from herald.console.scope import FACE, NONCE, REQUEST_ID, SCOPE, Scope
 from herald.console.session import CSRF_FIELD
 from herald.errors import NotFound
 from herald.model import Delivery
-from herald.service import DestinationService
+from herald.service import Operations
 from herald.timeutil import format_epoch, parse_timestamp
 from herald.views import delivery_view
 
@@ -227,10 +227,9 @@ class Pages:
     """Handlers bound to the service layer; a handler reads the request, calls one
     service operation for the request's scope and renders the answer."""
 
-    def __init__(self, service: DestinationService, *, wake: Callable[[], None]) -> None:
+    def __init__(self, service: Operations) -> None:
         self.service = service
         self.registry = service.registry
-        self.wake = wake
 
     @staticmethod
     def scope(request: web.Request) -> Scope:

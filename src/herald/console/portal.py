@@ -1,7 +1,7 @@
 """The portal's door: a tenant's product opens ``/portal/…?token=tk_…`` (top-level or in
 an iframe) with a token from ``POST /v2/token``.
 
-The token is traded at once for a portal session (``herald.tokens``): the answer
+The token is traded at once for a portal session (``herald.access.tokens``): the answer
 sets the session cookie and redirects to the same address without the token, so
 the token never stays in a URL, a page or a log line (the access line logs the
 path alone, and every page says ``Referrer-Policy: no-referrer``). Every portal
@@ -21,12 +21,13 @@ from urllib.parse import urlencode
 import structlog
 from aiohttp import web
 
-from herald.api.ratelimit import RateLimiter
+from herald.access.ratelimit import RateLimiter
+from herald.access.sessions import csrf_for
+from herald.access.tokens import TokenRefused, Tokens
 from herald.config import ConsoleSettings
 from herald.console.pages import limited, redirect, render, with_notice
 from herald.console.scope import REQUEST_ID, SCOPE, Brand, Face, Scope
-from herald.console.session import clear_cookie, csrf_for, set_cookie
-from herald.tokens import TokenRefused, Tokens
+from herald.console.session import clear_cookie, set_cookie
 
 audit_log = structlog.get_logger("herald.audit")
 

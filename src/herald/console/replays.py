@@ -10,7 +10,7 @@ it does for the CLI and the API."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +22,7 @@ from herald.console.scope import FORM
 from herald.errors import HeraldError
 from herald.model import DeliveryStatus, Replay
 from herald.replayer import Replayer
-from herald.service import DestinationService
+from herald.service import Operations
 from herald.views import replay_view
 
 SAMPLE_SIZE = 10
@@ -70,12 +70,11 @@ class ReplayPages(Pages):
 
     def __init__(
         self,
-        service: DestinationService,
+        service: Operations,
         *,
-        wake: Callable[[], None],
         replayer: Replayer,
     ) -> None:
-        super().__init__(service, wake=wake)
+        super().__init__(service)
         self.replayer = replayer
 
     def _form_context(self) -> dict[str, Any]:
@@ -155,7 +154,6 @@ class ReplayPages(Pages):
             replay = await self.replayer.start(flt, by=self.scope(request).by)
         except HeraldError as exc:
             return await self._preview(request, given, error=exc.message)
-        self.wake()
         return redirect(f"{base(request)}/replays/{replay.id}")
 
     async def show(self, request: web.Request) -> web.StreamResponse:

@@ -14,8 +14,8 @@ import secrets
 import structlog
 from aiohttp import web
 
-from herald.api.ratelimit import RateLimiter
-from herald.apikeys import KeyCache
+from herald.access.ratelimit import RateLimiter
+from herald.access.sessions import Refusal, Sessions
 from herald.config import ConsoleSettings
 from herald.console.pages import redirect, render, with_notice
 from herald.console.scope import FORM, REQUEST_ID, SCOPE, Scope
@@ -23,14 +23,10 @@ from herald.console.session import (
     CSRF_FIELD,
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
-    Refusal,
-    Sessions,
     clear_cookie,
     csrf_matches,
     set_cookie,
 )
-from herald.store import Store
-from herald.store.base import ApiKeyInfo
 
 log = structlog.get_logger("herald.console")
 audit_log = structlog.get_logger("herald.audit")
@@ -56,20 +52,19 @@ REFUSALS: dict[Refusal, str] = {
 
 
 class OperatorDoor:
-    """Operator sessions (``herald.console.session``) as the console's door."""
+    """Operator sessions (``herald.access.sessions``) as the console's door."""
 
     public = frozenset({f"{PREFIX}/login"})
 
     def __init__(
         self,
-        store: Store,
+        sessions: Sessions,
         settings: ConsoleSettings,
         *,
         anonymous: RateLimiter,
-        keys: KeyCache[ApiKeyInfo],
     ) -> None:
         self.settings = settings
-        self.sessions = Sessions(store, settings, keys=keys)
+        self.sessions = sessions
         self.anonymous = anonymous
 
     async def enter(self, request: web.Request) -> web.StreamResponse | None:

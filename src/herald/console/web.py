@@ -27,7 +27,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from herald.api.ratelimit import RateLimiter, request_limiters
+from herald.access import Access
 from herald.config import Settings
 from herald.console.deliveries import DeliveryPages
 from herald.console.destinations import DestinationPages
@@ -40,12 +40,9 @@ from herald.console.scope import FACE, Face
 from herald.console.session import SESSION_COOKIE
 from herald.console.signin import OperatorDoor
 from herald.replayer import Replayer
-from herald.service import DestinationService
-from herald.tokens import Tokens
+from herald.service import Operations
 
 CONSOLE = Face(name="console", prefix="/console", every_tenant=True, cookie=SESSION_COOKIE)
-
-Limiters = tuple[RateLimiter, RateLimiter]
 
 
 class Console:
@@ -53,36 +50,27 @@ class Console:
 
     def __init__(
         self,
-        service: DestinationService,
+        service: Operations,
         *,
+        access: Access,
         settings: Settings,
-        wake: Callable[[], None] = lambda: None,
-        limiters: Limiters | None = None,
         replayer: Replayer | None = None,
         sources: Callable[[], list[dict[str, object]]] | None = None,
     ) -> None:
         self.service = service
         self.settings = settings
-        store = service.store
-        # The API's limits (its very limiters when the daemon passes them): the same
-        # budget per operator key as per tenant, the same per address for failed
-        # sign-ins as for requests without a valid key.
-        self.limiter, self.anonymous = limiters or request_limiters(
-            settings.api, counter=store.count_request if store.shared else None
-        )
-        self.operators = OperatorDoor(
-            store, settings.console, anonymous=self.anonymous, keys=service.keys
-        )
-        self.tenants = PortalDoor(Tokens(store), settings.console, anonymous=self.anonymous)
-        self.destinations = DestinationPages(service, wake=wake)
-        self.deliveries = DeliveryPages(service, wake=wake)
+        # The API's very budgets: the same per operator key as per tenant, the same per
+        # address for failed sign-ins as for requests without a valid key.
+        self.limiter, self.anonymous = access.limiter, access.anonymous
+        self.operators = OperatorDoor(access.sessions, settings.console, anonymous=self.anonymous)
+        self.tenants = PortalDoor(access.tokens, settings.console, anonymous=self.anonymous)
+        self.destinations = DestinationPages(service)
+        self.deliveries = DeliveryPages(service)
         if sources is not None:
             self.deliveries.sources = sources
-        self.event_types = EventTypePages(service, wake=wake)
+        self.event_types = EventTypePages(service)
         # The daemon's, which it stops; without a daemon (tests), one of its own.
-        self.replays = ReplayPages(
-            service, wake=wake, replayer=replayer or Replayer(service.replays)
-        )
+        self.replays = ReplayPages(service, replayer=replayer or Replayer(service.replays))
 
     def application(self, face: Face, door: Door) -> web.Application:
         """The sub-application of one face."""
@@ -172,11 +160,10 @@ def _mount(app: web.Application, sub: web.Application, prefix: str) -> None:
 
 def setup(
     app: web.Application,
-    service: DestinationService,
+    service: Operations,
     *,
+    access: Access,
     settings: Settings,
-    wake: Callable[[], None] = lambda: None,
-    limiters: Limiters | None = None,
     replayer: Replayer | None = None,
     sources: Callable[[], list[dict[str, object]]] | None = None,
 ) -> Console | None:
@@ -186,9 +173,8 @@ def setup(
         return None
     console = Console(
         service,
+        access=access,
         settings=settings,
-        wake=wake,
-        limiters=limiters,
         replayer=replayer,
         sources=sources,
     )

@@ -122,7 +122,7 @@ class AccessStore(StorePart):
 
     async def api_key(self, key_hash: str) -> ApiKeyInfo | None:
         """The unrevoked key (tenant or operator) of this hash, or None. The faces ask
-        through :class:`herald.apikeys.KeyCache`, never here directly."""
+        through :class:`herald.access.keys.KeyCache`, never here directly."""
         rows = await self.dialect.read("api_key", key_hash)
         return ApiKeyInfo(*rows[0]) if rows else None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from herald.apikeys import KEY_CACHE_SECONDS, KeyCache
+from herald.access.keys import KEY_CACHE_SECONDS, KeyCache
 
 
 class Keys:

@@ -24,7 +24,7 @@ from typing import Literal
 
 import structlog
 
-from herald.apikeys import hash_api_key
+from herald.access.keys import hash_api_key
 from herald.errors import HeraldError
 from herald.ids import new_id
 from herald.store import Store

@@ -1,4 +1,4 @@
-"""What a claim asks for (herald.floor.Claims), against a store that only answers claims."""
+"""What a claim asks for (herald.claims.Claims), against a store that only answers claims."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
-from herald.floor import Claims
+from herald.claims import Claims
 from herald.model import DeliveryKind, DueDelivery, Event
 from herald.store import Store
 

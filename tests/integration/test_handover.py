@@ -1,4 +1,4 @@
-"""Relay → dispatcher hand-off: new deliveries stored leased to this process's
+"""Relay → dispatcher hand-over: new deliveries stored leased to this process's
 dispatcher in the relay's transaction and started without a claim query; on both
 backends, against real receivers."""
 
@@ -39,7 +39,7 @@ def relay_for(h: Harness, dispatcher: Dispatcher, *, batch_size: int = 500) -> R
         poll_interval=0.01,
         idle_poll=1.0,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
-        handoff=dispatcher.handover,
+        handover=dispatcher.handover,
     )
 
 
@@ -131,7 +131,7 @@ async def test_the_relay_wakes_the_claims_only_for_what_a_claim_would_take(
         poll_interval=0.01,
         idle_poll=1.0,
         max_payload_bytes=h.settings.relay.max_payload_bytes,
-        handoff=dispatcher.handover,
+        handover=dispatcher.handover,
         on_deliveries=lambda: wakes.append(None),
     )
     # Two of a's five go over leased (its cap); three stay for a claim that would
@@ -199,12 +199,12 @@ async def test_relayed_deliveries_are_attempted_without_a_claim(
     h = harness
     rx = await receivers()
     await h.add_webhook(rx.url, events=["order.*"])
-    async with handing_over(h, monkeypatch, owner="it-handoff") as (relay, claims):
+    async with handing_over(h, monkeypatch, owner="it-handover") as (relay, claims):
         ids = h.produce_many("order.created", [{"i": i} for i in range(50)])
         assert await relay.run_once() == 50
         # Stored leased to the dispatcher, in the relay's transaction.
         owners = h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries WHERE kind = 'event'")
-        assert owners in ([("it-handoff",)], [(None,)])  # None: some already recorded
+        assert owners in ([("it-handover",)], [(None,)])  # None: some already recorded
 
         async def all_done() -> bool:
             done = await h.deliveries(status=DeliveryStatus.SUCCESS)
