@@ -457,7 +457,9 @@ async def test_tables_with_other_column_names_and_debeziums_shape(
         ("evt_9f1c2a4e-1b7d-4c55-9a0e-0d5f3c1e2b6a", "order", "42", "order.shipped", '{"n": 2}'),
     )
     wanted = {"evt_legacy_1", "evt_9f1c2a4e-1b7d-4c55-9a0e-0d5f3c1e2b6a"}
-    await receiver.wait_for(lambda: set(receiver.counts()) >= wanted, what="both events")
+    await receiver.wait_for(
+        lambda: set(receiver.counts()) >= wanted, timeout=90, what="both events"
+    )
     got = {e.envelope["id"]: e for e in receiver.events()}
     assert all(e.verified for e in got.values()), receiver.errors
     assert got["evt_legacy_1"].envelope["type"] == "order.placed"
