@@ -12,6 +12,12 @@ SQLite cannot notify, so the relay is woken by a look at ``PRAGMA data_version``
 (microseconds) and queries the outbox only after a commit. The baseline, in the
 same run, is the relay querying the outbox on every look, as before that check
 (``relay.idle_poll_seconds`` = ``relay.poll_interval_seconds``).
+
+A third run is the default daemon with one outbox source of each kind (a SQLite file
+watched by inotify, a MariaDB database polled, a PostgreSQL database listened to:
+``bench sources``' databases, empty), to put the sources' idle cost beside the plain
+daemon's; its PostgreSQL source's transactions over the quiet spell
+(``pg_stat_database``) say how often an idle source is read.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import random
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +52,9 @@ from bench.common import (
 )
 from bench.daemon import HeraldInstance
 from bench.runs import setup_webhooks
+from bench.sources import mariadb, postgres
 from bench.throughput import SECRET
+from herald.sourcedb.schema import outbox_ddl
 
 NAME = "idle"
 HELP = "an idle daemon's CPU share on SQLite, and its pickup latency for a trickle of rows"
@@ -60,6 +70,8 @@ VARIANTS: list[tuple[str, dict[str, dict[str, object]]]] = [
     ("commit check (default)", {}),
     ("baseline: query every look", {"relay": {"idle_poll_seconds": 0.02}}),
 ]
+WITH_SOURCES = "default + 3 outbox sources"
+"""The run with one source of each dialect (the plain default is its baseline)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +92,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Idle:
     cpu_percent: float
     pickup_ms: dict[str, float]
+    source_reads_per_s: float | None = None
+    """The PostgreSQL source's transactions a second over the quiet spell."""
+
+
+@dataclass
+class Sources:
+    """``[[outbox.sources]]`` TOML for one empty source of each dialect."""
+
+    toml: str
+    pg_name: str
+
+
+@contextmanager
+def three_sources(workdir: Path) -> Iterator[Sources]:
+    with ExitStack() as stack:
+        my = stack.enter_context(mariadb())
+        pg = stack.enter_context(postgres())
+        path = workdir / "producer.db"
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode = wal")
+        conn.executescript(outbox_ddl("sqlite"))
+        conn.close()
+        toml = "".join(
+            f'[[outbox.sources]]\nname = "{name}"\nurl = {json.dumps(url)}\n'
+            for name, url in (("lite", f"sqlite:///{path}"), ("my", my.source), ("pg", pg.source))
+        )
+        yield Sources(toml, pg.source.rpartition("/")[2])
+
+
+def pg_transactions(src: Sources) -> int:
+    import psycopg
+
+    from bench.db import admin_dsn
+
+    with psycopg.connect(admin_dsn(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+            (src.pg_name,),
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -145,16 +197,24 @@ def measure(
     seconds: float,
     rows: int,
     timeout: float,
+    sources: Sources | None = None,
 ) -> Idle:
     inst = HeraldInstance(workdir, overrides)
+    if sources is not None:
+        with inst.config_path.open("a") as fh:
+            fh.write(sources.toml)
     setup_webhooks(inst, [recv_url], SECRET, Deadline("setup", timeout))
     child = inst.start()
     try:
         inst.wait_ready(child, Deadline("start", timeout))
         time.sleep(SETTLE_SECONDS)  # start-up work done; only the idle loops remain
+        reads = pg_transactions(sources) if sources is not None else 0
         before, t0 = cpu_seconds(child.pid), time.monotonic()
         time.sleep(seconds)
         used, wall = cpu_seconds(child.pid) - before, time.monotonic() - t0
+        if sources is not None:
+            time.sleep(1.0)  # PostgreSQL's statistics are flushed about once a second
+            reads = pg_transactions(sources) - reads
         if not child.alive():
             raise RuntimeError(f"herald exited:\n{child.log_tail()}")
         pickups = trickle(inst, child, rows, Deadline("trickle", rows + timeout))
@@ -166,6 +226,7 @@ def measure(
             f"p{int(q * 100)}_ms": round(percentile(pickups, q), 1) for q in (0.5, 0.95, 0.99)
         }
         | {"max_ms": round(max(pickups), 1)},
+        source_reads_per_s=None if sources is None else round(reads / wall, 2),
     )
 
 
@@ -193,6 +254,19 @@ def run(args: argparse.Namespace) -> int:
                     timeout=args.timeout,
                 )
                 log(f"{label}: {results[label]}")
+            sub = workdir / "sources"
+            sub.mkdir()
+            with three_sources(sub) as srcs:
+                results[WITH_SOURCES] = measure(
+                    sub,
+                    recv.base + "/idle-sources",
+                    {k: {**v} for k, v in extra.items()},
+                    seconds=seconds,
+                    rows=rows,
+                    timeout=args.timeout,
+                    sources=srcs,
+                )
+            log(f"{WITH_SOURCES}: {results[WITH_SOURCES]}")
     load_after = load_avg()
     default, baseline = (results[label] for label, _ in VARIANTS)
     header = ["run", "CPU % of a core", "p50 ms", "p95 ms", "p99 ms", "max ms"]
@@ -202,11 +276,21 @@ def run(args: argparse.Namespace) -> int:
     print(grid(header, table))
     ratio = round(default.cpu_percent / baseline.cpu_percent, 3) if baseline.cpu_percent else None
     print(f"CPU, default / baseline: {ratio}")
+    with_sources = results[WITH_SOURCES]
+    src_ratio = (
+        round(with_sources.cpu_percent / default.cpu_percent, 3) if default.cpu_percent else None
+    )
+    print(
+        f"CPU, with 3 sources / default: {src_ratio}; the idle PostgreSQL source's"
+        f" transactions: {with_sources.source_reads_per_s}/s"
+    )
     result: dict[str, Any] = {
         "seconds": seconds,
         "rows": rows,
         **{label: {"cpu_percent": r.cpu_percent, **r.pickup_ms} for label, r in results.items()},
         "cpu_default_over_baseline": ratio,
+        "cpu_sources_over_default": src_ratio,
+        "pg_source_transactions_per_s": with_sources.source_reads_per_s,
         "date": iso_now(),
         "machine": machine(),
         "load_avg_1m": [load_before, load_after],

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from herald.errors import StorageError
+from herald.model import OutboxRow
 from herald.outbox import Relay, sleep_unless
 from herald.sourcedb import SourceDB, SourceError
 from herald.store import Store
@@ -96,6 +98,9 @@ class SourceReader:
         self._on_error = on_error
         """Told of each failed round trip with the source (a storage error count)."""
         self._wake = asyncio.Event()
+        self._read_at = 0.0
+        """When the last read started (``time.monotonic()``): polls are spaced from it."""
+        self._interval = poll_interval
         self._connected = False
         self._watched = False
         self._lease_until = 0.0
@@ -123,12 +128,10 @@ class SourceReader:
 
     async def run(self, stop: asyncio.Event) -> None:
         retry = RETRY_FIRST_SECONDS
-        wait = self._poll
         try:
             while not stop.is_set():
-                self._wake.clear()
                 try:
-                    moved = await self._pass()
+                    stopping = await self._drain(stop)
                 except SourceError as exc:
                     self._on_error(self.name)
                     self._connected = False
@@ -139,28 +142,126 @@ class SourceReader:
                     continue
                 except StorageError as exc:
                     # Herald's own database is away: nothing was deleted from the
-                    # source, so the rows are read again once it answers.
+                    # source that it had not committed, so the rest is read again.
                     log.warning("source_storage_error", source=self.name, error=exc.message)
                     await sleep_unless(stop, retry)
                     retry = min(retry * 2, RETRY_MAX_SECONDS)
                     continue
                 retry = RETRY_FIRST_SECONDS
-                if moved is None:  # standing by: another instance relays it
+                if not stopping:  # another instance relays it
+                    if self._connected:
+                        self._connected = False
+                        await self.db.close()
+                    self._set("standby")
                     await sleep_unless(stop, RENEW_EVERY_SECONDS)
-                    continue
-                if moved >= self._batch:
-                    wait = self._poll
-                    continue
-                # Polled while rows arrive, backing off to the idle poll when none do
-                # (a notified or watched source waits for its wake-up instead).
-                wait = self._poll if moved else min(wait * 2, self._idle_poll)
-                timeout = self._idle_poll if self._watched and not moved else wait
-                await self._sleep(stop, timeout)
         finally:
             if self._lease_until:
                 with contextlib.suppress(StorageError):
                     await self._store.source_release(self.name, self._owner)
             await self.db.shutdown()
+
+    async def _drain(self, stop: asyncio.Event) -> bool:
+        """Read, relay and delete, batch after batch, until ``stop`` (True) or another
+        instance holds the lease (False); a failure of the source raises
+        :class:`SourceError`, one of Herald's database :class:`StorageError`.
+
+        While rows come in full batches (a backlog), three steps overlap: batch N is
+        committed in Herald's database while batch N+1 is read and batch N-1 deleted
+        from the source, on a connection of its own. A batch is deleted only after its
+        commit returned, one delete at a time, in order. A read leaves out the ``seq``
+        ranges of the batches still in flight (the one being committed, the one being
+        deleted), nothing else: a row of such a range that committed late is read once
+        its batch is gone. Once a batch is not full, the next read waits for the commit
+        of this one (and the poll, or a wake-up), so that it takes every row committed
+        meanwhile: a batch's commit costs more than a read."""
+        deleting: tuple[asyncio.Task[None], tuple[int, int]] | None = None
+        reading = asyncio.ensure_future(self._read(stop, (), wait=False, found=False))
+        try:
+            while True:
+                rows = await reading
+                if rows is None:
+                    if deleting is not None:
+                        await deleting[0]  # its batch committed: finish its delete
+                    return stop.is_set()
+                full = len(rows) >= self._batch
+                if full:  # read the next batch while this one is committed
+                    spans = [(rows[0].seq, rows[-1].seq)]
+                    if deleting is not None:
+                        spans.append(deleting[1])
+                    reading = asyncio.ensure_future(self._read(stop, spans, wait=False, found=True))
+                if rows:
+                    deleting = await self._relay_rows(rows, deleting)
+                if not full:
+                    spans = [deleting[1]] if deleting is not None else []
+                    reading = asyncio.ensure_future(
+                        self._read(stop, spans, wait=True, found=bool(rows))
+                    )
+        finally:
+            # On a failure, what is cut short is read again and known (never lost).
+            pending: list[asyncio.Future[Any]] = [reading]
+            if deleting is not None:
+                pending.append(deleting[0])
+            for future in pending:
+                future.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _relay_rows(
+        self,
+        rows: list[OutboxRow],
+        deleting: tuple[asyncio.Task[None], tuple[int, int]] | None,
+    ) -> tuple[asyncio.Task[None], tuple[int, int]] | None:
+        """Commit ``rows`` in Herald's database, then start their delete from the
+        source once the batch before's has ended; the delete under way."""
+        done = await self._relay.relay_source(self.name, rows)
+        if done is None:
+            return deleting  # destinations kept changing, nothing written: read again
+        if done[1]:
+            log.info("source_rows_relayed_before", source=self.name, rows=len(done[1]))
+        if deleting is not None:
+            await deleting[0]
+        task = asyncio.ensure_future(self.db.delete([r.seq for r in rows]))
+        return task, (rows[0].seq, rows[-1].seq)
+
+    async def _read(
+        self,
+        stop: asyncio.Event,
+        exclude: Sequence[tuple[int, int]],
+        *,
+        wait: bool,
+        found: bool,
+    ) -> list[OutboxRow] | None:
+        """The next batch, none of the ``exclude`` ranges; None when stopping or when
+        another instance holds the lease. With ``wait`` (the last batch was not full),
+        first wait: ``poll_interval`` from the last read's start while rows arrive
+        (``found``), doubling to ``idle_poll`` while none do; a notified or watched
+        source waits for its wake-up instead, or ``idle_poll`` in case one was lost."""
+        if wait:
+            if found:
+                self._interval = self._poll
+                timeout = self._poll
+            else:
+                self._interval = min(self._interval * 2, self._idle_poll)
+                timeout = self._idle_poll if self._watched else self._interval
+            left = self._read_at + timeout - time.monotonic()
+            if left > 0 and not self._wake.is_set():
+                await self._sleep(stop, left)
+        if stop.is_set() or not await self._lease():
+            return None
+        if not self._connected:
+            await self.db.open()
+            self._connected = True
+            if not self._watched:
+                self._watched = await self.db.watch(self.wake)
+        # Cleared before the read: rows committed during it wake the next one.
+        self._wake.clear()
+        self._read_at = time.monotonic()
+        rows = await self.db.read(self._batch, exclude)
+        self._set("up")
+        if self._read_at - self._stats_at >= STATS_EVERY_SECONDS:
+            self._stats_at = self._read_at
+            self.state.pending, self.state.oldest = await self.db.stats()
+            self._on_state(self.state)
+        return rows
 
     async def _sleep(self, stop: asyncio.Event, timeout: float) -> None:
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
@@ -184,32 +285,3 @@ class SourceReader:
             return True
         self._lease_until = 0.0
         return False
-
-    async def _pass(self) -> int | None:
-        """One read, relay and delete; the rows moved, or None while standing by."""
-        if not await self._lease():
-            if self._connected:
-                self._connected = False
-                await self.db.close()
-            self._set("standby")
-            return None
-        if not self._connected:
-            await self.db.open()
-            self._connected = True
-            if not self._watched:
-                self._watched = await self.db.watch(self.wake)
-        rows = await self.db.read(self._batch)
-        if rows:
-            done = await self._relay.relay_source(self.name, rows)
-            if done is None:
-                return 0  # destinations kept changing: read them again next pass
-            _, relayed = done
-            if relayed:
-                log.info("source_rows_relayed_before", source=self.name, rows=len(relayed))
-            await self.db.delete([r.seq for r in rows])
-        self._set("up")
-        if time.monotonic() - self._stats_at >= STATS_EVERY_SECONDS:
-            self._stats_at = time.monotonic()
-            self.state.pending, self.state.oldest = await self.db.stats()
-            self._on_state(self.state)
-        return len(rows)

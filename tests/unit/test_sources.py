@@ -137,9 +137,23 @@ def test_statements_follow_the_tables_names() -> None:
         [3, 5],
     )
     assert db.delete_statement([7]) == ("DELETE FROM `app`.`outbox` WHERE `seq` IN (%s)", [7])
+    # The next batch is read while the last ones are relayed and deleted: their ranges
+    # are left out, nothing else (no high-water mark).
+    sql, args = db.select_statement(500, [(10, 19), (1, 9)])
+    assert sql == (
+        "SELECT `seq`, `event_id`, NULL, `type`, `payload`, `created_at`, `traceparent`,"
+        " `ordering_key` FROM `app`.`outbox`"
+        " WHERE (`seq` < %s OR `seq` > %s) AND (`seq` < %s OR `seq` > %s)"
+        " ORDER BY `seq` LIMIT %s"
+    )
+    assert args == [10, 19, 1, 9, 500]
+    assert db.select_statement(500) == (db.select_sql, [500])
     pg = open_source(source(url="postgresql://db/shop", columns={"created_at": ""}))
     assert pg.select_sql.endswith(
         'NULL, "traceparent", "ordering_key" FROM "herald_outbox" ORDER BY "seq" LIMIT $1'
+    )
+    assert pg.select_statement(100, [(3, 8)])[0].endswith(
+        'WHERE ("seq" < $1 OR "seq" > $2) ORDER BY "seq" LIMIT $3'
     )
     [row] = pg.rows([(1, "evt_1", None, "a.b", '{"x": 1}', None, None, None)])
     assert row.created_at is not None  # read time stands in for a missing created_at

@@ -39,12 +39,15 @@ class SourceError(Exception):
 def raw(value: Any) -> bytes | None:
     """A driver's value as the bytes an outbox row holds (``ingest.parse_row`` checks
     them): text as UTF-8, an instant as RFC 3339 UTC (a naive one taken as UTC)."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value
+    kind = type(value)
+    if kind is str:  # the usual value first: this runs for every column of every row
+        return value.encode("utf-8", "surrogateescape")  # type: ignore[no-any-return]
+    if value is None or kind is bytes:
+        return value  # type: ignore[no-any-return]
     if isinstance(value, str):
         return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, bytes):
+        return value
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, dt.datetime):
@@ -74,16 +77,17 @@ class SourceDB(ABC):
             cols.append(f"{q}{column}{q}" if column else "NULL")
         self._created_missing = not settings.column("created_at")
         seq = f"{q}{settings.column('seq')}{q}"
-        self.select_sql = (
-            f"SELECT {', '.join(cols)} FROM {table} ORDER BY {seq} LIMIT {self.param(1)}"
-        )
+        self._seq = seq
+        self._select_head = f"SELECT {', '.join(cols)} FROM {table}"
         # A table made before ordering existed has no ordering_key: read NULL for it
         # (found at open) unless the settings name the column.
-        self._keyless_sql = (
-            f"SELECT {', '.join(cols[:-1])}, NULL FROM {table} ORDER BY {seq} LIMIT {self.param(1)}"
+        self._keyless_head = (
+            f"SELECT {', '.join(cols[:-1])}, NULL FROM {table}"
             if "ordering_key" not in settings.columns and cols[-1] != "NULL"
-            else self.select_sql
+            else None
         )
+        self._selects: dict[int, str] = {}
+        self.select_sql = self._select(0)
         self.delete_sql = f"DELETE FROM {table} WHERE {seq} IN ({{seqs}})"
         self.range_delete_sql = (
             f"DELETE FROM {table} WHERE {seq} BETWEEN {self.param(1)} AND {self.param(2)}"
@@ -95,9 +99,12 @@ class SourceDB(ABC):
     def keyless(self, exc: BaseException) -> bool:
         """After the first read at open failed with ``exc``: whether it was for the
         ``ordering_key`` column the table lacks (then reads leave it out from now on)."""
-        if self.select_sql == self._keyless_sql or "ordering_key" not in str(exc):
+        keyless = self._keyless_head
+        if keyless is None or self._select_head == keyless or "ordering_key" not in str(exc):
             return False
-        self.select_sql = self._keyless_sql
+        self._select_head = keyless
+        self._selects.clear()
+        self.select_sql = self._select(0)
         return True
 
     @staticmethod
@@ -105,24 +112,49 @@ class SourceDB(ABC):
         """The dialect's ``n``-th placeholder."""
         return "?"
 
+    def _select(self, spans: int) -> str:
+        """The read, leaving out ``spans`` ranges of ``seq`` (2 arguments each, then
+        the limit)."""
+        sql = self._selects.get(spans)
+        if sql is None:
+            seq, p = self._seq, self.param
+            where = " AND ".join(
+                f"({seq} < {p(2 * i + 1)} OR {seq} > {p(2 * i + 2)})" for i in range(spans)
+            )
+            sql = (
+                f"{self._select_head}{' WHERE ' + where if where else ''}"
+                f" ORDER BY {seq} LIMIT {p(2 * spans + 1)}"
+            )
+            self._selects[spans] = sql
+        return sql
+
+    def select_statement(
+        self, limit: int, exclude: Sequence[tuple[int, int]] = ()
+    ) -> tuple[str, list[int]]:
+        """The statement that reads up to ``limit`` rows in ``seq`` order, none of the
+        ``exclude`` ranges (inclusive: batches still being relayed or deleted), and its
+        arguments. A range is left out only while its batch is in flight: a row in it
+        that was not in the batch (committed late) is read once the batch is gone, so
+        nothing is skipped for good, and no high-water mark is kept."""
+        args = [bound for span in exclude for bound in span]
+        return self._select(len(exclude)), [*args, limit]
+
     def rows(self, records: Sequence[Sequence[Any]]) -> list[OutboxRow]:
         """Driver records of ``select_sql`` as raw outbox rows."""
         stamp = format_epoch(now()).encode() if self._created_missing else None
-        out = []
-        for r in records:
-            out.append(
-                OutboxRow(
-                    seq=int(r[0]),
-                    id=raw(r[1]),
-                    tenant_id=raw(r[2]),
-                    type=raw(r[3]),
-                    data=raw(r[4]),
-                    created_at=stamp if self._created_missing else raw(r[5]),
-                    traceparent=raw(r[6]),
-                    ordering_key=raw(r[7]),
-                )
+        return [
+            OutboxRow(
+                seq=int(r[0]),
+                id=raw(r[1]),
+                tenant_id=raw(r[2]),
+                type=raw(r[3]),
+                data=raw(r[4]),
+                created_at=raw(r[5]) if stamp is None else stamp,
+                traceparent=raw(r[6]),
+                ordering_key=raw(r[7]),
             )
-        return out
+            for r in records
+        ]
 
     def delete_statement(self, seqs: Sequence[int]) -> tuple[str, list[int]]:
         """The statement that deletes exactly the rows ``seqs`` and its arguments. Seqs
@@ -161,12 +193,14 @@ class SourceDB(ABC):
         await self.close()
 
     @abstractmethod
-    async def read(self, limit: int) -> list[OutboxRow]:
-        """Up to ``limit`` rows in ``seq`` order: every committed row still there."""
+    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
+        """Up to ``limit`` rows in ``seq`` order: every committed row still there but
+        those in the ``exclude`` ranges of ``seq`` (see :meth:`select_statement`)."""
 
     @abstractmethod
     async def delete(self, seqs: Sequence[int]) -> None:
-        """Remove the rows relayed (committed in Herald's database)."""
+        """Remove the rows relayed (committed in Herald's database), on a connection of
+        its own: it runs while the next batch is read."""
 
     @abstractmethod
     async def stats(self) -> tuple[int, float | None]:

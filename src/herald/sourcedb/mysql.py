@@ -1,8 +1,9 @@
 """A MySQL 8.0+ or MariaDB 10.6+ source, through asyncmy (the ``mysql`` extra).
 
-Polled: MySQL has no notification a client can wait on. The connection runs in
+Polled: MySQL has no notification a client can wait on. The connections run in
 autocommit mode, so that each read sees every commit made before it (a transaction
-kept open would read the same snapshot for ever under REPEATABLE READ).
+kept open would read the same snapshot for ever under REPEATABLE READ). Two of them:
+one reads, the other deletes the batch relayed before while the next is read.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class MySQLSource(SourceDB):
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
         self._conn: asyncmy.Connection | None = None
+        self._deleter: asyncmy.Connection | None = None
 
     @staticmethod
     def param(n: int) -> str:
@@ -43,53 +45,61 @@ class MySQLSource(SourceDB):
             await self.close()
             raise SourceError(_describe(exc)) from exc
 
-    async def open(self) -> None:
+    async def _connect(self) -> asyncmy.Connection:
         parts = urlsplit(self.settings.url)
+        return await asyncio.wait_for(
+            asyncmy.connect(
+                host=parts.hostname or "localhost",
+                port=parts.port or 3306,
+                user=unquote(parts.username or "root"),
+                password=unquote(parts.password or ""),
+                database=unquote(parts.path.lstrip("/")),
+                autocommit=True,
+                charset="utf8mb4",
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            ),
+            CONNECT_TIMEOUT_SECONDS,
+        )
+
+    async def open(self) -> None:
         async with self._errors():
-            self._conn = await asyncio.wait_for(
-                asyncmy.connect(
-                    host=parts.hostname or "localhost",
-                    port=parts.port or 3306,
-                    user=unquote(parts.username or "root"),
-                    password=unquote(parts.password or ""),
-                    database=unquote(parts.path.lstrip("/")),
-                    autocommit=True,
-                    charset="utf8mb4",
-                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                ),
-                CONNECT_TIMEOUT_SECONDS,
-            )
+            self._conn = await self._connect()
             try:
-                await self._query(self.select_sql, (0,))
+                await _query(self._conn, self.select_sql, (0,))
             except Exception as exc:
                 if not self.keyless(exc):
                     raise
-                await self._query(self.select_sql, (0,))
+                await _query(self._conn, self.select_sql, (0,))
+            self._deleter = await self._connect()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        for conn in (self._conn, self._deleter):
+            if conn is not None:
+                conn.close()
+        self._conn = self._deleter = None
 
-    async def _query(self, sql: str, args: Sequence[Any]) -> list[Sequence[Any]]:
-        if self._conn is None:
-            raise SourceError("not connected")
-        async with self._conn.cursor() as cur:
-            await cur.execute(sql, tuple(args))
-            return list(await cur.fetchall())
-
-    async def read(self, limit: int) -> list[OutboxRow]:
+    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         async with self._errors():
-            return self.rows(await self._query(self.select_sql, (limit,)))
+            return self.rows(await _query(self._conn, *self.select_statement(limit, exclude)))
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
-            await self._query(*self.delete_statement(seqs))
+            await _query(self._deleter, *self.delete_statement(seqs))
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
-            [(count, oldest)] = await self._query(self.stats_sql, ())
+            [(count, oldest)] = await _query(self._conn, self.stats_sql, ())
         return int(count), self.oldest_epoch(oldest)
+
+
+async def _query(
+    conn: asyncmy.Connection | None, sql: str, args: Sequence[Any]
+) -> list[Sequence[Any]]:
+    if conn is None:
+        raise SourceError("not connected")
+    async with conn.cursor() as cur:
+        await cur.execute(sql, tuple(args))
+        return list(await cur.fetchall())
 
 
 def _describe(exc: BaseException) -> str:

@@ -2,7 +2,8 @@
 
 Woken by ``NOTIFY``: the trigger ``herald outbox schema --dialect postgresql``
 prints notifies ``herald_outbox`` on every insert statement, and this source
-listens on its connection.
+listens on its connection. A second connection deletes the batch relayed before
+while the next is read.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class PostgresSource(SourceDB):
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
         self._conn: asyncpg.Connection | None = None
+        self._deleter: asyncpg.Connection | None = None
         self._callback: Callable[[], None] | None = None
 
     @staticmethod
@@ -56,28 +58,36 @@ class PostgresSource(SourceDB):
                 await self._conn.fetch(self.select_sql, 0)
             if self._callback is not None:
                 await self._listen(self._callback)
+            self._deleter = await asyncpg.connect(
+                self.settings.url, timeout=CONNECT_TIMEOUT_SECONDS, statement_cache_size=0
+            )
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 5)
-            if not conn.is_closed():
-                conn.terminate()
+        conns = (self._conn, self._deleter)
+        self._conn = self._deleter = None
+        for conn in conns:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), 5)
+                if not conn.is_closed():
+                    conn.terminate()
 
     def _connected(self) -> asyncpg.Connection:
         if self._conn is None:
             raise SourceError("not connected")
         return self._conn
 
-    async def read(self, limit: int) -> list[OutboxRow]:
+    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         async with self._errors():
-            return self.rows(await self._connected().fetch(self.select_sql, limit))
+            sql, args = self.select_statement(limit, exclude)
+            return self.rows(await self._connected().fetch(sql, *args))
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
             sql, args = self.delete_statement(seqs)
-            await self._connected().execute(sql, *args)
+            if self._deleter is None:
+                raise SourceError("not connected")
+            await self._deleter.execute(sql, *args)
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():

@@ -2,7 +2,8 @@
 
 Woken as Herald's own SQLite outbox is (``store/fswatch.py``): an inotify watch on
 the file's directory says when the database or its ``-wal`` was written; without
-inotify the reader polls.
+inotify the reader polls. A second connection deletes the batch relayed before while
+the next is read.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class SQLiteSource(SourceDB):
         super().__init__(settings)
         self.path = Path(settings.url.removeprefix("sqlite:///"))
         self._conn: aiosqlite.Connection | None = None
+        self._deleter: aiosqlite.Connection | None = None
         self._watch: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
@@ -45,20 +47,22 @@ class SQLiteSource(SourceDB):
             # Connecting would create an empty database where the producer's should be.
             raise SourceError(f"no database file at {self.path}")
         async with self._errors():
-            self._conn = await aiosqlite.connect(self.path, isolation_level=None)
-            await self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._conn = await _connect(self.path)
             try:
                 await self._conn.execute_fetchall(self.select_sql, (0,))
             except Exception as exc:
                 if not self.keyless(exc):
                     raise
                 await self._conn.execute_fetchall(self.select_sql, (0,))
+            self._deleter = await _connect(self.path)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+        conns = (self._conn, self._deleter)
+        self._conn = self._deleter = None
+        for conn in conns:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     async def shutdown(self) -> None:
         await self.close()
@@ -72,16 +76,17 @@ class SQLiteSource(SourceDB):
             raise SourceError("not connected")
         return self._conn
 
-    async def read(self, limit: int) -> list[OutboxRow]:
+    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         async with self._errors():
-            return self.rows(
-                list(await self._connected().execute_fetchall(self.select_sql, (limit,)))
-            )
+            sql, args = self.select_statement(limit, exclude)
+            return self.rows(list(await self._connected().execute_fetchall(sql, tuple(args))))
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
             sql, args = self.delete_statement(seqs)
-            await self._connected().execute(sql, tuple(args))
+            if self._deleter is None:
+                raise SourceError("not connected")
+            await self._deleter.execute(sql, tuple(args))
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
@@ -97,6 +102,12 @@ class SQLiteSource(SourceDB):
             _wake_on_writes(watch, callback), name="herald-source-watch"
         )
         return True
+
+
+async def _connect(path: Path) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
 
 
 async def _wake_on_writes(watch: FileWatch, callback: Callable[[], None]) -> None:
