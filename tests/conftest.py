@@ -20,8 +20,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``e2e`` is every test under ``tests/e2e/``; ``postgres`` is every test that runs
     on PostgreSQL (a ``postgres`` parameter of any fixture or argument), so that
-    ``make test-fast`` can take the integration tests on SQLite alone.
+    ``make test-fast`` can take the integration tests on SQLite alone. The PostgreSQL
+    run of a ``backend_neutral`` test is deselected (see :func:`_neutral`).
     """
+    deselected: list[pytest.Item] = []
     for item in items:
         path = item.nodeid.replace("\\", "/")
         if path.startswith(_RABBITMQ_PATHS):
@@ -30,7 +32,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
         callspec = getattr(item, "callspec", None)
         if callspec is not None and "postgres" in callspec.params.values():
+            if _neutral(item):
+                deselected.append(item)
+                continue
             item.add_marker(pytest.mark.postgres)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
+
+
+def _neutral(item: pytest.Item) -> bool:
+    """A ``backend_neutral`` test tests what lies above the store (HTTP, the CLI, the
+    adapters, the daemon's loops): its PostgreSQL run would prove nothing the SQLite run
+    does not, the store's SQL being run on both databases by tests/integration. A
+    ``database_specific`` test in such a module runs on both all the same."""
+    return (
+        item.get_closest_marker("backend_neutral") is not None
+        and item.get_closest_marker("database_specific") is None
+    )
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ Every key is documented in ``config.example.toml``. Loading never half-works:
 an invalid file or value raises :class:`~herald.errors.ConfigError` with one
 message that names each offending key.
 
-The rooms: :mod:`~herald.config.checks` (the field types' checks),
+The rooms: :mod:`~herald.config.checks` (the field types' checks, used by the sections),
 :mod:`~herald.config.sections` (one class a TOML table),
 :mod:`~herald.config.sources` (``[outbox]``'s producers' databases),
 :mod:`~herald.config.settings` (the whole, and loading it),
@@ -13,18 +13,6 @@ The rooms: :mod:`~herald.config.checks` (the field types' checks),
 is re-exported here: ``from herald.config import Settings``.
 """
 
-from herald.config.checks import (
-    LOGO_DATA,
-    MAX_LOGO_CHARS,
-    AccentColor,
-    EncryptionKey,
-    IpAddresses,
-    LogoUrl,
-    Networks,
-    Origins,
-    ProxyUrl,
-    TenantName,
-)
 from herald.config.masks import MASK, mask_secrets, redact
 from herald.config.redaction import Redactor, masked, operator_secrets
 from herald.config.sections import (
@@ -65,27 +53,18 @@ __all__ = [
     "AUTO_WORKERS_MAX",
     "BUILTIN_SOURCE",
     "ENV_PREFIX",
-    "LOGO_DATA",
     "MASK",
-    "MAX_LOGO_CHARS",
     "SOURCE_COLUMNS",
     "SOURCE_DIALECTS",
     "SOURCE_OPTIONAL_COLUMNS",
-    "AccentColor",
     "ApiSettings",
     "CatalogSettings",
     "ConsoleSettings",
     "DatabaseSettings",
     "DeliverySettings",
-    "EncryptionKey",
-    "IpAddresses",
     "LogSettings",
-    "LogoUrl",
     "MetricsSettings",
-    "Networks",
-    "Origins",
     "OutboxSettings",
-    "ProxyUrl",
     "Redactor",
     "RelaySettings",
     "RetentionSettings",
@@ -93,7 +72,6 @@ __all__ = [
     "Settings",
     "SignalsSettings",
     "SourceSettings",
-    "TenantName",
     "TracingSettings",
     "auto_worker_processes",
     "cgroup_cpu_limit",

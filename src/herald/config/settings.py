@@ -19,21 +19,8 @@ from pydantic_settings import (
     SettingsError,
 )
 
+import herald.config.sections as sections
 from herald.config.masks import mask_secrets
-from herald.config.sections import (
-    ApiSettings,
-    CatalogSettings,
-    ConsoleSettings,
-    DatabaseSettings,
-    DeliverySettings,
-    LogSettings,
-    MetricsSettings,
-    RelaySettings,
-    RetentionSettings,
-    SecuritySettings,
-    SignalsSettings,
-    TracingSettings,
-)
 from herald.config.sources import OutboxSettings
 from herald.errors import ConfigError
 
@@ -51,19 +38,19 @@ class Settings(BaseSettings):
         case_sensitive=False,
     )
 
-    database: DatabaseSettings = DatabaseSettings()
-    api: ApiSettings = ApiSettings()
-    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
-    relay: RelaySettings = RelaySettings()
+    database: sections.DatabaseSettings = sections.DatabaseSettings()
+    api: sections.ApiSettings = sections.ApiSettings()
+    delivery: sections.DeliverySettings = Field(default_factory=sections.DeliverySettings)
+    relay: sections.RelaySettings = sections.RelaySettings()
     outbox: OutboxSettings = OutboxSettings()
-    security: SecuritySettings = SecuritySettings()
-    retention: RetentionSettings = RetentionSettings()
-    signals: SignalsSettings = SignalsSettings()
-    catalog: CatalogSettings = CatalogSettings()
-    metrics: MetricsSettings = MetricsSettings()
-    console: ConsoleSettings = ConsoleSettings()
-    log: LogSettings = LogSettings()
-    tracing: TracingSettings = TracingSettings()
+    security: sections.SecuritySettings = sections.SecuritySettings()
+    retention: sections.RetentionSettings = sections.RetentionSettings()
+    signals: sections.SignalsSettings = sections.SignalsSettings()
+    catalog: sections.CatalogSettings = sections.CatalogSettings()
+    metrics: sections.MetricsSettings = sections.MetricsSettings()
+    console: sections.ConsoleSettings = sections.ConsoleSettings()
+    log: sections.LogSettings = sections.LogSettings()
+    tracing: sections.TracingSettings = sections.TracingSettings()
 
     @classmethod
     def settings_customise_sources(
