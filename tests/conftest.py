@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+from tests.support.examples import FAST
+
+# Property tests without their own count try 100 examples, 25 in the fast lane; none
+# has a deadline (see tests/support/examples.py).
+settings.register_profile("herald", deadline=None, max_examples=25 if FAST else 100)
+settings.load_profile("herald")
 
 # The RabbitMQ tests run on one xdist worker, one after another: they share one
 # private broker node (below) and the machine's broker's users and vhosts.
