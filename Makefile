@@ -51,8 +51,9 @@ test: lint services
 # The lane a developer runs many times a day: lint, the unit tests, and the
 # integration tests on SQLite (no PostgreSQL, no brokers, no daemon subprocess).
 FAST_PATHS ?= tests/unit $(wildcard tests/integration/test_*.py)
+# Property tests try a quarter of their examples here (tests/support/examples.py).
 test-fast: lint
-	$(BIN)/pytest -n 2 -q -m "not postgres and not e2e" $(FAST_PATHS)
+	HERALD_TEST_FAST=1 $(BIN)/pytest -n 2 -q -m "not postgres and not e2e" $(FAST_PATHS)
 
 # The console's screenshots in docs/console/, taken by the browser tests from a seeded database.
 screenshots: dev services

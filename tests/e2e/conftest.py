@@ -84,4 +84,4 @@ async def api(herald: Herald) -> AsyncIterator[Api]:
 
 # --- the console's browser (tests/e2e/test_console*.py) ----------------------------------
 
-from tests.support.browser import browser, context  # noqa: E402, F401 - fixtures
+from tests.support.browser import browser, context, operator_key, page  # noqa: E402, F401 - fixtures

@@ -28,7 +28,7 @@ from tests.integration.amqp.broker import BrokerUser, Inspector, PrivateBroker
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 N = 100
 

@@ -36,7 +36,7 @@ from tests.support.api import (
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DOCS_OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 DESTS = "/v2/event-destinations"
@@ -1038,6 +1038,7 @@ async def test_an_idempotent_replay_is_logged_with_both_request_ids(
     assert replays[0]["status"] == 422
 
 
+@pytest.mark.database_specific
 async def test_500_when_the_database_is_unavailable(herald_factory: HeraldFactory) -> None:
     """Storage trouble is a 500 with the stable code storage_unavailable and no driver
     detail; the request id in the header finds the cause in the log."""
@@ -1108,6 +1109,7 @@ def _tamper(cursor: str) -> list[str]:
     ]
 
 
+@pytest.mark.database_specific
 async def test_pagination_across_250_destinations(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:
@@ -1199,6 +1201,7 @@ async def test_pagination_across_250_destinations(
         assert item["type"] == "request"
 
 
+@pytest.mark.database_specific
 async def test_pagination_across_250_deliveries(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:
@@ -1374,6 +1377,7 @@ async def test_idempotent_create_and_publish(api: Api, receiver: Receiver) -> No
     assert [r.event_id for r in receiver.events("task_run.completed")] == [published["id"]]
 
 
+@pytest.mark.database_specific
 async def test_idempotency_keys_expire_after_the_configured_ttl(
     herald_factory: HeraldFactory,
 ) -> None:

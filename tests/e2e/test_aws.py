@@ -30,7 +30,7 @@ from tests.integration.aws.support import (
 )
 from tests.support.api import Api, error_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 N = 100
 TYPE = "task_run.completed"

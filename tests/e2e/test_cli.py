@@ -21,7 +21,7 @@ from tests.e2e.test_delivery import wait_active, wait_deliveries
 from tests.support.daemon import Herald
 from tests.support.receiver import Received, Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 
 def leaf_parsers(

@@ -22,7 +22,7 @@ from tests.e2e.test_http_limits import get, raw_request
 from tests.support.api import error_of
 from tests.support.daemon import Herald, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 PER_ADDRESS = 20
 HEADLESS = 30

@@ -24,6 +24,7 @@ from tests.support.browser import (
     Receiver,
     active_webhook,
     collect_dialogs,
+    console_daemon,
     refuses_without_csrf,
     sign_in,
     wait_for,
@@ -36,22 +37,13 @@ pytestmark = pytest.mark.xdist_group("console")
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("console"),
+    yield from console_daemon(
+        tmp_path_factory,
+        "console",
         {
             "delivery": {"max_retries": 1},
-            # Pages are reloaded while waiting; the limit itself is the API's (unit-tested).
-            "api": {"rate_limit_requests": 100_000},
         },
     )
-    h.start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture(scope="module")
-def operator_key(herald: Herald) -> str:
-    return herald.cli("keys", "create", "--operator").stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +52,6 @@ def receiver() -> Iterator[Receiver]:
     r.start()
     yield r
     r.stop()
-
-
-@pytest.fixture
-def page(context: BrowserContext, operator_key: str) -> Page:
-    """A signed-in page."""
-    p = context.new_page()
-    sign_in(p, operator_key)
-    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
-    return p
 
 
 def pause(page: Page, dest: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.support.browser import sign_in, wait_for
+from tests.support.browser import console_daemon, sign_in, wait_for
 from tests.support.daemon import Herald, free_port
 from tests.support.receiverauth import TestCA
 
@@ -74,28 +74,11 @@ def url_of(receiver: Gated) -> str:
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("console_actions"),
-        # Pages reload themselves while waiting; the limit itself is the API's.
-        # No attempt of its own between the retries of a test.
-        {"api": {"rate_limit_requests": 100_000}, "delivery": {"backoff_base_seconds": 600}},
+    yield from console_daemon(
+        tmp_path_factory,
+        "console_actions",
+        {"delivery": {"backoff_base_seconds": 600}},
     )
-    h.start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture(scope="module")
-def operator_key(herald: Herald) -> str:
-    return herald.cli("keys", "create", "--operator").stdout.strip()
-
-
-@pytest.fixture
-def page(context: BrowserContext, operator_key: str) -> Page:
-    p = context.new_page()
-    sign_in(p, operator_key)
-    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
-    return p
 
 
 def audited(herald: Herald, event: str, dest_id: str) -> int:

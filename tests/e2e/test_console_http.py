@@ -23,7 +23,7 @@ from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
 # One worker runs a module's tests, so its daemon (a module fixture) starts once.
-pytestmark = pytest.mark.xdist_group("console")
+pytestmark = [pytest.mark.xdist_group("console"), pytest.mark.backend_neutral]
 
 
 T = TypeVar("T")

@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.support.browser import Receiver, _Served, sign_in, wait_for
+from tests.support.browser import (
+    Receiver,
+    _Served,
+    active_webhook,
+    console_daemon,
+    wait_for,
+)
 from tests.support.daemon import Herald
 
 pytestmark = pytest.mark.xdist_group("console")
@@ -67,44 +73,20 @@ class Answering(_Served):
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("overview"),
+    yield from console_daemon(
+        tmp_path_factory,
+        "overview",
         {
             # Two failed attempts in a row make a failing episode; retries wait long
             # enough (30 s, then more) that a failing delivery stays pending meanwhile.
             "signals": {"failing_after_attempts": 2},
             "delivery": {"backoff_base_seconds": 30.0},
-            "api": {"rate_limit_requests": 100_000},
         },
     )
-    h.start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture(scope="module")
-def operator_key(herald: Herald) -> str:
-    return herald.cli("keys", "create", "--operator").stdout.strip()
-
-
-@pytest.fixture
-def page(context: BrowserContext, operator_key: str) -> Page:
-    p = context.new_page()
-    sign_in(p, operator_key)
-    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
-    return p
 
 
 def active(herald: Herald, url: str, *, tenant: str, name: str) -> dict[str, Any]:
-    dest = herald.create_webhook(url, name=name, tenant=tenant, events=[f"{tenant}.*"])
-    wait_for(
-        lambda: (
-            herald.query("SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],))
-            == [("active",)]
-        ),
-        what="the destination's verification",
-    )
-    return dest
+    return active_webhook(herald, url, name=name, tenant=tenant, events=[f"{tenant}.*"])
 
 
 def emit(herald: Herald, tenant: str, count: int) -> list[str]:

@@ -8,38 +8,25 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.e2e import test_console
 from tests.e2e.conftest import SECRET
 from tests.e2e.test_console_http import Client
-from tests.support.browser import Receiver, active_webhook, sign_in, wait_for
+from tests.support.browser import Receiver, active_webhook, wait_for
 from tests.support.daemon import Herald
 
 # One worker runs a module's tests, so its daemon (a module fixture) starts once.
 pytestmark = pytest.mark.xdist_group("console")
 
 
-# The console tests' daemon and operator key (module fixtures: this module gets its own).
+# The console tests' daemon (a module fixture: this module gets its own); the operator
+# key and the signed-in page are tests/support/browser.py's.
 herald = test_console.herald
-operator_key = test_console.operator_key
-
-
-@pytest.fixture
-def page(browser: Browser, herald: Herald, operator_key: str) -> Iterator[Page]:
-    """A signed-in page of a context of its own."""
-    ctx: BrowserContext = browser.new_context(base_url=f"http://127.0.0.1:{herald.port}")
-    ctx.set_default_timeout(10_000)
-    p = ctx.new_page()
-    sign_in(p, operator_key)
-    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
-    yield p
-    ctx.close()
 
 
 emit = test_console.emit

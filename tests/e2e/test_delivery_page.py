@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 from standardwebhooks.webhooks import Webhook
 
-from tests.support.browser import sign_in, wait_for
+from tests.support.browser import console_daemon, sign_in, wait_for
 from tests.support.daemon import Herald, free_port
 
 pytestmark = pytest.mark.xdist_group("console")
@@ -63,26 +63,13 @@ def receiver() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("sent"),
-        {"delivery": {"max_retries": 1}, "api": {"rate_limit_requests": 100_000}},
+    yield from console_daemon(
+        tmp_path_factory,
+        "sent",
+        {
+            "delivery": {"max_retries": 1},
+        },
     )
-    h.start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture(scope="module")
-def operator_key(herald: Herald) -> str:
-    return herald.cli("keys", "create", "--operator").stdout.strip()
-
-
-@pytest.fixture
-def page(context: BrowserContext, operator_key: str) -> Page:
-    p = context.new_page()
-    sign_in(p, operator_key)
-    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
-    return p
 
 
 def create(herald: Herald, url: str) -> dict[str, Any]:

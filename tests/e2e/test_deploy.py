@@ -41,7 +41,7 @@ from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
 from tests.support.receiver import Receiver, verification_ok_then
 from tests.support.required import unavailable
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.conftest import HeraldFactory
 from tests.support.api import Api, base_url, create_key, error_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 

@@ -13,7 +13,7 @@ from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.e2e.test_delivery import wait_active
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 
 class ForwardProxy:

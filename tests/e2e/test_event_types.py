@@ -18,7 +18,7 @@ from tests.support.api import base_url as api_url
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 TYPES = "/v2/event-types"
 TASK_RUN = {

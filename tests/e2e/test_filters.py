@@ -13,7 +13,7 @@ from tests.e2e.conftest import SECRET, HeraldFactory
 from tests.support.api import Api, base_url, error_of, eventually, open_api, wait_status
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 OVER_100 = {"data": {"amount": {"$gte": 100}}, "created_at": {"$gte": "2020-01-01T00:00:00Z"}}

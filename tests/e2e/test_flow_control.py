@@ -28,10 +28,10 @@ from tests.support.daemon import Herald
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.receiver import Received, Receiver, verification_ok_then
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 RATE = 20
-EVENTS = 200
+EVENTS = 120
 
 
 def call(h: Herald, method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -34,7 +34,7 @@ from tests.integration.gcp.peers import (
 from tests.support.api import Api, error_of
 from tests.support.daemon import Herald
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 N = 100
 PROJECT = "herald-e2e"

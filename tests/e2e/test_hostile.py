@@ -31,7 +31,7 @@ from tests.support.api import Api, base_url, error_of, open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 FUZZ = settings(
     max_examples=60,

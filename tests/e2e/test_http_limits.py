@@ -20,7 +20,7 @@ from tests.e2e.conftest import HeraldFactory
 from tests.support.api import Api, error_of
 from tests.support.daemon import Herald
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 DROPPED_WITHIN = 15.0

@@ -19,7 +19,7 @@ from tests.support.api import open_api
 from tests.support.daemon import free_port
 from tests.support.receiver import Receiver, verification_ok_then
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 

@@ -14,7 +14,7 @@ from tests.e2e.conftest import HeraldFactory
 from tests.e2e.test_api import DOCS_OPENAPI
 from tests.support.api import Api, base_url, error_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 PATH = "/v2/openapi.json"
 

@@ -26,7 +26,7 @@ from tests.support.daemon import Herald
 from tests.support.private_pg import PrivatePostgres
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -29,7 +29,9 @@ from tests.support.browser import (
     XSS_NAME,
     FramingPage,
     Receiver,
+    active_webhook,
     collect_dialogs,
+    console_daemon,
     refuses_without_csrf,
     wait_for,
 )
@@ -48,17 +50,14 @@ def parent() -> Iterator[FramingPage]:
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory, parent: FramingPage) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("portal"),
+    yield from console_daemon(
+        tmp_path_factory,
+        "portal",
         {
             "delivery": {"max_retries": 1},
-            "api": {"rate_limit_requests": 100_000},
             "console": {"portal_frame_ancestors": [parent.origin]},
         },
     )
-    h.start()
-    yield h
-    h.stop()
 
 
 @pytest.fixture(scope="module")
@@ -80,20 +79,6 @@ def status(page: Page, path: str) -> int:
     response = page.goto(path)
     assert response is not None
     return response.status
-
-
-def active_webhook(
-    herald: Herald, receiver: Receiver, *, tenant: str, name: str = "hook"
-) -> dict[str, Any]:
-    dest = herald.create_webhook(receiver.url, name=name, tenant=tenant)
-    wait_for(
-        lambda: (
-            herald.query("SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],))
-            == [("active",)]
-        ),
-        what="the destination's verification",
-    )
-    return dest
 
 
 def last_line(herald: Herald, event: str) -> dict[str, Any]:

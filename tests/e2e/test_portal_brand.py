@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.support.browser import Receiver, sign_in, wait_for
+from tests.support.browser import Receiver, console_daemon, sign_in, wait_for
 from tests.support.daemon import Herald
 
 pytestmark = pytest.mark.xdist_group("console")
@@ -44,11 +44,11 @@ WIDER_THAN_390 = """[...document.querySelectorAll("body *")]
 
 @pytest.fixture(scope="module")
 def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
-    h = Herald(
-        tmp_path_factory.mktemp("brand"),
+    yield from console_daemon(
+        tmp_path_factory,
+        "brand",
         {
             "delivery": {"max_retries": 1},
-            "api": {"rate_limit_requests": 100_000},
             "console": {
                 "portal_name": NAME,
                 "portal_logo_url": LOGO,
@@ -57,9 +57,6 @@ def herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herald]:
             },
         },
     )
-    h.start()
-    yield h
-    h.stop()
 
 
 @pytest.fixture(scope="module")

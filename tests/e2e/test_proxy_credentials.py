@@ -27,7 +27,7 @@ from tests.support.api import open_api
 from tests.support.daemon import free_port
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 USER = "herald-egress"
 PASSWORD = "Pr0xy/S3cret!x"  # "/" and "!" are percent-encoded in the URL

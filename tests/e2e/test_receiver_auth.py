@@ -20,7 +20,7 @@ from tests.e2e.test_security import raw_database
 from tests.support.api import Api, eventually, open_api, wait_status
 from tests.support.receiverauth import OAuthClient, Protected, TestCA, TokenServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 CLIENT_SECRET = "oauth2-e2e-client-s3cret-4471"

@@ -21,7 +21,7 @@ from tests.support.api import Api, base_url, eventually, wait_status
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 MASK = "********"

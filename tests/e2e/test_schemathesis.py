@@ -41,7 +41,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.support.daemon import Herald
 from tests.support.databases import BACKENDS, create_postgres_database, drop_postgres_database
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 CHECKS = [

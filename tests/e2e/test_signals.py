@@ -20,7 +20,7 @@ from tests.support.api import error_of, open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 SIGNALS = (
     "herald.destination.failing",

@@ -24,7 +24,7 @@ from tests.support.api import (
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 DESTS = "/v2/event-destinations"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"

@@ -16,7 +16,7 @@ from tests.support.api import open_api
 from tests.support.daemon import Herald
 from tests.support.receiver import Receiver
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 OTHER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"

@@ -18,7 +18,7 @@ from tests.e2e.test_delivery import rows, wait_active, wait_deliveries
 from tests.e2e.test_traceparent import TRACEPARENT, insert_traced
 from tests.support.receiver import Receiver, verification_ok_then
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.backend_neutral]
 
 trace_service_pb2 = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",

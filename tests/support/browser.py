@@ -8,13 +8,13 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Dialog, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect, sync_playwright
 
 from tests.support.daemon import Herald, free_port
 
@@ -181,15 +181,50 @@ def context(browser: Browser, herald: Herald) -> Iterator[BrowserContext]:
     ctx.close()
 
 
+def console_daemon(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Iterator[Herald]:
+    """A module's daemon for the browser tests (``yield from`` it in a module fixture
+    named ``herald``). Pages reload themselves while they wait, so the API's rate limit
+    is lifted unless ``overrides`` sets it (the limit itself is the API's, tested there)."""
+    sections = {section: dict(values) for section, values in (overrides or {}).items()}
+    sections.setdefault("api", {}).setdefault("rate_limit_requests", 100_000)
+    h = Herald(tmp_path_factory.mktemp(name), sections)
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture(scope="module")
+def operator_key(herald: Herald) -> str:
+    """An operator key of the module's daemon."""
+    return herald.cli("keys", "create", "--operator").stdout.strip()
+
+
 def sign_in(page: Page, key: str) -> None:
     page.goto("/console/login")
     page.get_by_label("Operator key").fill(key)
     page.get_by_role("button", name="Sign in").click()
 
 
-def active_webhook(herald: Herald, receiver: Receiver, *, name: str) -> dict[str, Any]:
-    """A webhook destination of tenant ``default``, verified (active)."""
-    dest = herald.create_webhook(receiver.url, name=name)
+def signed_in(context: BrowserContext, key: str) -> Page:
+    """A new page of ``context``, signed in with ``key`` and showing the overview."""
+    p = context.new_page()
+    sign_in(p, key)
+    expect(p.get_by_role("heading", name="Overview")).to_be_visible()
+    return p
+
+
+@pytest.fixture
+def page(context: BrowserContext, operator_key: str) -> Page:
+    """A signed-in page of a fresh context."""
+    return signed_in(context, operator_key)
+
+
+def wait_active(herald: Herald, dest: dict[str, Any]) -> dict[str, Any]:
+    """``dest`` once its verification has made it active."""
 
     def active() -> bool:
         rows = herald.query("SELECT status FROM herald_destinations WHERE id = ?", (dest["id"],))
@@ -197,3 +232,16 @@ def active_webhook(herald: Herald, receiver: Receiver, *, name: str) -> dict[str
 
     wait_for(active, what="the destination's verification")
     return dest
+
+
+def active_webhook(
+    herald: Herald,
+    receiver: Receiver | str,
+    *,
+    name: str = "hook",
+    tenant: str = "default",
+    events: list[str] | None = None,
+) -> dict[str, Any]:
+    """A webhook destination (tenant ``default`` unless named), verified (active)."""
+    url = receiver if isinstance(receiver, str) else receiver.url
+    return wait_active(herald, herald.create_webhook(url, name=name, tenant=tenant, events=events))

@@ -94,7 +94,7 @@ class Herald:
         self._keys: dict[str, str] = {}
 
     # --- process ---------------------------------------------------------
-    def start(self, *, timeout: float = 20.0) -> Herald:
+    def start(self, *, timeout: float = 60.0) -> Herald:
         self._log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [

@@ -191,7 +191,7 @@ def test_worker_processes_auto_follows_the_usable_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, expected: int
 ) -> None:
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
-    monkeypatch.setattr("herald.config.CGROUP_ROOT", tmp_path / "no-cgroup")
+    monkeypatch.setattr("herald.config.sections.CGROUP_ROOT", tmp_path / "no-cgroup")
     assert load_settings().delivery.worker_processes == expected  # the default is auto
     assert load_settings(write(tmp_path, "[delivery]\nworker_processes = 'auto'\n")) == (
         load_settings()
@@ -226,7 +226,7 @@ def test_worker_processes_auto_respects_the_cgroup_cpu_quota(
         (tmp_path / name).write_text(text)
     assert config.cgroup_cpu_limit(tmp_path) == limit
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(32)))
-    monkeypatch.setattr("herald.config.CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr("herald.config.sections.CGROUP_ROOT", tmp_path)
     assert load_settings().delivery.worker_processes == workers
 
 

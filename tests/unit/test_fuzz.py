@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from herald.api.jsonbody import parse_body
 from herald.config import Settings, load_settings
@@ -28,7 +29,7 @@ from herald.model import OutboxRow
 
 # A few seconds each on a loaded 2-core machine; new examples every run.
 FUZZ = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from herald.api.jsonbody import MAX_DEPTH, parse_body
 from herald.errors import BadRequest
@@ -32,7 +33,7 @@ def code_of(raw: bytes) -> str:
     return info.value.code
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_json)
 def test_any_json_without_duplicates_parses_as_orjson_does(value: Any) -> None:
     raw = orjson.dumps(value)
@@ -41,7 +42,7 @@ def test_any_json_without_duplicates_parses_as_orjson_does(value: Any) -> None:
     assert parse_body(json.dumps(value, indent=1, ensure_ascii=True).encode()) == orjson.loads(raw)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(_text, _json, min_size=1, max_size=5), st.data())
 def test_a_repeated_key_anywhere_is_refused(obj: dict[str, Any], data: st.DataObject) -> None:
     key = data.draw(st.sampled_from(sorted(obj)))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.examples import examples
 
 from herald.errors import ValidationError
 from herald.payload_filter import MAX_DEPTH, MAX_NODES, compile_filter, event_document
@@ -278,7 +279,7 @@ def _filters() -> st.SearchStrategy[Any]:
     return st.recursive(st.dictionaries(_keys, _scalars, max_size=2), extend, max_leaves=6)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(spec=_filters(), value=st.dictionaries(_keys, _values, max_size=3))
 def test_agrees_with_the_reference(spec: dict[str, Any], value: dict[str, Any]) -> None:
     assert compile_filter({"data": spec}).matches({"data": value}) == ref(spec, value)

@@ -8,6 +8,7 @@ from collections import Counter
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.support.examples import examples
 
 from herald.config import DeliverySettings
 from herald.model import DeliveryKind, DueDelivery, Event
@@ -362,7 +363,7 @@ class SlotsMachine(RuleBasedStateMachine):
 
 
 SlotsMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
