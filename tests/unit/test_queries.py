@@ -1,4 +1,5 @@
-"""The named queries of ``store/sql/<dialect>/queries.sql`` and the code that runs them."""
+"""The named queries of ``store/sql/queries.sql`` (shared) and ``store/sql/<dialect>/queries.sql``
+(written differently, or one dialect's only), and the code that runs them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from herald.model import Attempt, Event
 from herald.store import rows
 from herald.store.base import load_migrations
 from herald.store.postgres import PostgresDialect
-from herald.store.queries import DIALECT_ONLY, load_queries, parse_queries
+from herald.store.queries import (
+    dialect_blocks,
+    load_queries,
+    merge_blocks,
+    parse_queries,
+    shared_blocks,
+    sqlite_placeholders,
+)
 from herald.store.sqlite import SQLiteDialect
 
 STORE = Path(herald.store.__file__).parent
@@ -65,10 +73,25 @@ def arity(sql: str) -> int:
     return max(numbers, default=0) + ("{ids}" in sql)
 
 
-def test_both_dialects_define_the_same_queries_but_their_own() -> None:
-    sqlite, postgres = set(load_queries("sqlite")), set(load_queries("postgres"))
-    assert sqlite - postgres == DIALECT_ONLY["sqlite"]
-    assert postgres - sqlite == DIALECT_ONLY["postgres"]
+def test_a_query_one_dialect_alone_defines_is_run_by_that_dialect_alone() -> None:
+    """The shared code runs only names both dialects define (or a guarded one): a name in
+    one dialect's file only is that dialect's own statement, never a forgotten twin."""
+    shared_code = set().union(
+        *(used_names(p) for p in STORE.glob("*.py") if p.stem not in DIALECTS)
+    )
+    for dialect, other in (DIALECTS, DIALECTS[::-1]):
+        own = {n for n in set(dialect_blocks(dialect)) - set(dialect_blocks(other)) if n[0] != "_"}
+        assert own, dialect
+        assert own & shared_code <= set(GUARDED), dialect
+
+
+def test_a_statement_both_dialects_write_alike_is_written_once() -> None:
+    """A name in both dialects' files is one they really write differently: were the texts
+    the same but for their placeholders, it would belong in the shared file."""
+    sqlite, postgres = dialect_blocks("sqlite"), dialect_blocks("postgres")
+    for name in sorted(set(sqlite) & set(postgres)):
+        assert sqlite_placeholders(postgres[name]) != sqlite[name], name
+    assert not set(shared_blocks()) & (set(sqlite) | set(postgres))
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -92,6 +115,7 @@ def test_shared_queries_take_the_same_arguments_on_both() -> None:
 
 
 def test_queries_sql_is_not_a_migration() -> None:
+    assert (STORE / "sql" / "queries.sql").is_file()
     for dialect in DIALECTS:
         assert (STORE / "sql" / dialect / "queries.sql").is_file()
         assert all(name[:4].isdigit() for _, name, _ in load_migrations(dialect))
@@ -131,6 +155,28 @@ def test_a_fragment_is_written_into_the_queries_that_name_it_and_is_no_query() -
 def test_a_broken_file_is_refused(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_queries(text)
+
+
+def test_sqlite_reads_a_shared_dollar_parameter_as_its_numbered_one() -> None:
+    sql = "SELECT '$1', \"$2\", json_extract(x, '$.a'), 'it''s $3' FROM t WHERE a = $1 AND b = $12"
+    assert sqlite_placeholders(sql) == (
+        "SELECT '$1', \"$2\", json_extract(x, '$.a'), 'it''s $3' FROM t WHERE a = ?1 AND b = ?12"
+    )
+
+
+def test_a_fragment_is_filled_in_across_the_shared_and_the_dialect_files() -> None:
+    shared = {"q": "SELECT {_cols} FROM t WHERE a = $1", "_where": "b = $2"}
+    own = {"_cols": "a, CAST(b AS BLOB)", "r": "SELECT 1 FROM u WHERE {_where}"}
+    assert merge_blocks(shared, own, "sqlite") == {
+        "q": "SELECT a, CAST(b AS BLOB) FROM t WHERE a = ?1",
+        "r": "SELECT 1 FROM u WHERE b = ?2",
+    }
+    assert merge_blocks(shared, own, "postgres")["r"] == "SELECT 1 FROM u WHERE b = $2"
+
+
+def test_a_name_in_the_shared_and_a_dialect_file_is_refused() -> None:
+    with pytest.raises(ValueError, match="ping defined in the shared"):
+        merge_blocks({"ping": "SELECT 1"}, {"ping": "SELECT 2"}, "postgres")
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

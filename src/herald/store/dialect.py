@@ -3,7 +3,8 @@
 Only what truly differs between SQLite and PostgreSQL: connections and their
 transactions, how parameters and lists of them are passed, and the few operations
 whose algorithm differs (a claim, a reap, a heartbeat, part of the purge). Every
-statement is a named query of ``store/sql/<dialect>/queries.sql``.
+statement is a named query of ``store/sql/queries.sql`` (both dialects') or
+``store/sql/<dialect>/queries.sql`` (this dialect's own way).
 """
 
 from __future__ import annotations

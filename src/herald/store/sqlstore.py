@@ -1,6 +1,7 @@
 """The store: every operation once, over a :class:`~herald.store.dialect.Dialect`.
 
-The statements are the dialect's named queries (``store/sql/<dialect>/queries.sql``),
+The statements are the dialect's named queries (``store/sql/queries.sql`` and
+``store/sql/<dialect>/queries.sql``),
 called with the same arguments on both databases; what differs (connections,
 transactions, list parameters, a few whole algorithms) is the dialect's.
 

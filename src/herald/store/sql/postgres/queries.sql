@@ -1,31 +1,21 @@
+-- Only what this dialect writes its own way is here (herald.store.queries):
+-- the statements SQLite writes differently, then those only PostgreSQL has (its
+-- concurrent writers: one-statement claim and reap, lock ordering, the signal state's
+-- too, the migration lock, and a two-step purge of events planned for index probes).
+-- Every other statement is in ../queries.sql.
+
 -- Herald's statements on PostgreSQL, by name (herald.store.queries). A list argument
 -- is one array parameter; the arguments are the same, in the same order, as SQLite's.
+
+-- What PostgreSQL's file said of shared statements, where ../queries.sql says it otherwise:
+--   delivery_counts: Three range counts on the pending index rather than a GROUP BY on an expression over
+--     every pending row
+
+-- ---- Also in SQLite's file, written otherwise there ----
 
 -- migrations_table --
 CREATE TABLE IF NOT EXISTS herald_schema_migrations
   (version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL)
-
--- migration_lock --
--- One migrator at a time when several instances start together
-SELECT pg_advisory_xact_lock(7236520173)
-
--- migrations_done --
-SELECT version FROM herald_schema_migrations
-
--- migration_applied --
-INSERT INTO herald_schema_migrations VALUES ($1, $2, $3)
-
--- ping --
-SELECT value FROM herald_meta LIMIT 1
-
--- schema_version --
-SELECT MAX(version) FROM herald_schema_migrations
-
--- destinations_version --
-SELECT value FROM herald_meta WHERE key = 'destinations_version'
-
--- bump_version --
-UPDATE herald_meta SET value = value + 1 WHERE key = 'destinations_version'
 
 -- _outbox_row --
 -- An outbox row as the relay parses it (herald.ingest.parse_row), its text as bytes.
@@ -84,47 +74,10 @@ SELECT *, 'pending', 0, t.created_at FROM unnest($1::text[], $2::text[], $3::tex
 AS t(id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,
   next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq)
 
--- insert_outbox --
-INSERT INTO herald_outbox (id, tenant_id, type, data, created_at, traceparent, ordering_key)
-SELECT $1, $2, $3, $4::text::jsonb, $5::text::timestamptz, $6, $7
-WHERE NOT EXISTS (SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2)
-
--- event_exists --
--- insert_outbox's NOT EXISTS read the snapshot before a relay's concurrent commit
-SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2
-
 -- outbox_stats --
 -- '-infinity' is a timestamptz a producer can write: no epoch, no age
 SELECT COUNT(*), EXTRACT(EPOCH FROM MIN(created_at) FILTER (WHERE isfinite(created_at)))::float8
 FROM herald_outbox
-
--- list_rejected --
--- $2: one tenant's rows (as the row spelled it), or NULL for every tenant's
-SELECT seq, id, tenant_id, type, data, created_at, reason, rejected_at, source
-FROM herald_outbox_rejected WHERE $2::text IS NULL OR tenant_id = $2
-ORDER BY rejected_at DESC, seq DESC LIMIT $1
-
--- outbox_event --
-SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
-
--- claim --
--- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
--- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
--- when given. Then whether the destination is under flow control, and the delivery's
--- ordering key (of an ordered destination's: herald.ordering; only a key's head has
--- held = 0, so the claim never reads a delivery waiting behind it)
-UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
-FROM (SELECT id, next_attempt_at FROM herald_deliveries
-  WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
-  AND NOT (destination_id = ANY($4::text[])) AND NOT (tenant_id = ANY($6::text[]))
-  AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
-    WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > $3))
-  ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
-WHERE d.id = s.id
-RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
-  d.event_id, s.next_attempt_at,
-  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id),
-  d.ordering_key
 
 -- flow_lock --
 -- The flow rows (herald.flow) of these destinations, locked last: after the deliveries
@@ -139,25 +92,6 @@ SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, co
   gate_until
 FROM herald_flow WHERE destination_id = ANY($1::text[]) AND breaker = 1
 ORDER BY destination_id FOR UPDATE
-
--- set_flow --
-INSERT INTO herald_flow (destination_id, rate, breaker, tat, circuit, opened_at,
-  next_probe_at, cooldown, gate_until)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-ON CONFLICT (destination_id) DO UPDATE SET rate = excluded.rate, breaker = excluded.breaker,
-  tat = excluded.tat, circuit = excluded.circuit, opened_at = excluded.opened_at,
-  next_probe_at = excluded.next_probe_at, cooldown = excluded.cooldown,
-  gate_until = excluded.gate_until
-
--- unclaim --
--- A claimed delivery the flow keeps waiting: due again when it was, as if never claimed
-UPDATE herald_deliveries SET lease_owner = NULL, next_attempt_at = $1
-WHERE id = $2 AND lease_owner = $3 AND status = 'pending'
-
--- open_circuits --
-SELECT f.destination_id FROM herald_flow f
-JOIN herald_destinations d ON d.id = f.destination_id AND d.deleted_at IS NULL
-WHERE f.breaker = 1 AND f.circuit <> 'closed'
 
 -- events_by_id --
 -- Every tenant's event of each id: the caller picks its delivery's tenant's. One probe
@@ -184,23 +118,11 @@ INSERT INTO herald_attempts (id, delivery_id, number, started_at, duration_ms, o
   response_status, error, response_excerpt, exchange)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING
 
--- finish_attempts --
--- Only a still-pending delivery moves on: one deleted meanwhile keeps its final state
-UPDATE herald_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3,
-  lease_owner = NULL, updated_at = $4, last_attempt_id = $5
-WHERE id = $6 AND status = 'pending'
-  AND (ordering_key IS NULL OR lease_owner IS NULL OR lease_owner = $7)
-
 -- order_lock --
 -- Taken first by a relay pass that may plan ordered deliveries, and by a re-queue of
 -- ordered ones: one at a time (until commit), so that the relay's order (order_seq) is
 -- the order it took the outbox rows in, even with several instances relaying
 SELECT count(pg_advisory_xact_lock(7319))
-
--- order_take --
--- $1 more order_seq values: the new top comes back (the first is top - $1 + 1)
-INSERT INTO herald_meta (key, value) VALUES ('order_seq', $1)
-ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value RETURNING value
 
 -- keys_lock --
 -- The (destination, key) pairs of $1 (a JSON array of [destination, key]) are this
@@ -246,16 +168,6 @@ WHERE id = $2 AND status = 'pending_verification' AND deleted_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM herald_deliveries WHERE destination_id = $2
     AND kind = 'verification' AND id > $3)
 
--- lock_for_record --
--- The destinations whose signal state recording may change, with that state, locked in
--- id order before any delivery (lock order: destination, then its deliveries): of the
--- batch's ($1), those with a failure or an activation ($2) or not clean now. A batch of
--- successes to healthy destinations locks nothing
-SELECT id, type, consecutive_failures, failing_since FROM herald_destinations
-WHERE id = ANY($1::text[]) AND deleted_at IS NULL
-  AND (id = ANY($2::text[]) OR consecutive_failures > 0 OR failing_since IS NOT NULL)
-ORDER BY id FOR NO KEY UPDATE
-
 -- insert_signal --
 -- An operational event, into the outbox like a producer's: the relay fans it out. Its
 -- id is derived from its cause, so a repeated recording writes it once
@@ -271,157 +183,6 @@ SELECT d.id, d.last_attempt_id, t.type FROM herald_deliveries d
 JOIN herald_destinations t ON t.id = d.destination_id
 WHERE d.id = ANY($1) AND d.status = 'failure'
 
--- set_signal_state --
-UPDATE herald_destinations SET consecutive_failures = $1, failing_since = $2 WHERE id = $3
-
--- verification_failed --
--- The verification ran out of attempts: the destination stays pending_verification
-UPDATE herald_destinations SET verification_failed_at = $1, verification_error = $2
-WHERE id = $3 AND status = 'pending_verification' AND deleted_at IS NULL
-
--- clear_verification_failure --
--- A new verification ping is on its way
-UPDATE herald_destinations SET verification_failed_at = NULL, verification_error = NULL
-WHERE id = $1
-
--- failing_count --
-SELECT COUNT(*) FROM herald_destinations WHERE failing_since IS NOT NULL AND deleted_at IS NULL
-
--- set_held --
-UPDATE herald_deliveries SET held = $1 WHERE destination_id = $2
-  AND status = 'pending' AND kind = 'event' AND held = $3
-
--- next_due_at --
-SELECT MIN(next_attempt_at) FROM herald_deliveries WHERE status = 'pending' AND held = 0
-
--- release_leases --
-UPDATE herald_deliveries SET next_attempt_at = $1, lease_owner = NULL
-WHERE status = 'pending' AND lease_owner = $2
-
--- release_all_leases --
-UPDATE herald_deliveries SET next_attempt_at = $1, lease_owner = NULL
-WHERE status = 'pending' AND lease_owner IS NOT NULL
-
--- heartbeat --
--- xmax is set when the row was updated, not inserted
-INSERT INTO herald_instances AS i VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
-RETURNING (xmax <> 0)
-
--- reap_delete --
--- Peers reaping at the same time wait on these row locks; one of them wins
-DELETE FROM herald_instances WHERE heartbeat_at < $1 RETURNING id
-
--- reap_release --
-WITH leased AS (SELECT id, lease_owner FROM herald_deliveries
-  WHERE status = 'pending' AND lease_owner = ANY($2::text[]) FOR UPDATE)
-UPDATE herald_deliveries d SET next_attempt_at = $1, lease_owner = NULL
-FROM leased WHERE d.id = leased.id RETURNING leased.lease_owner
-
--- list_instances --
-SELECT id, hostname, pid, version, started_at, heartbeat_at FROM herald_instances
-ORDER BY started_at, id
-
--- remove_instance --
-DELETE FROM herald_instances WHERE id = $1
-
--- delivery_counts --
--- Three range counts on the pending index rather than a GROUP BY on an expression over
--- every pending row
-SELECT (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $1),
-  (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1),
-  (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1)
-
--- tenant_destination_count --
--- A tenant's destinations that are not deleted (the index on tenant_id)
-SELECT COUNT(*) FROM herald_destinations WHERE tenant_id = $1 AND deleted_at IS NULL
-
--- destination_counts --
-SELECT type, status, COUNT(*) FROM herald_destinations WHERE deleted_at IS NULL GROUP BY 1, 2
-
--- all_destinations --
-SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
-  ordering
-FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE deleted_at IS NULL
-
--- create_destination --
-INSERT INTO herald_destinations (id, tenant_id, name, type, config, secrets, events, status,
-  created_at, updated_at, deleted_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-
--- set_destination_filter --
--- Written beside the row only when there is one: a database an older Herald made
--- (a migration's test fills one with this store) has no such column yet
-UPDATE herald_destinations SET payload_filter = $1 WHERE id = $2
-
--- update_destination --
--- $9: the updated_at the caller read (optimistic concurrency), or NULL to write anyway
-UPDATE herald_destinations SET name = $1, type = $2, config = $3, secrets = $4, events = $5,
-  status = $6, updated_at = $7, payload_filter = $10, ordering = $11
-WHERE id = $8 AND deleted_at IS NULL AND ($9::float8 IS NULL OR updated_at = $9)
-
--- fail_verifications --
--- A new verification supersedes the pending one
-UPDATE herald_deliveries SET status = 'failure', next_attempt_at = NULL, lease_owner = NULL,
-  updated_at = $1
-WHERE destination_id = $2 AND kind = 'verification' AND status = 'pending'
-
--- get_destination --
-SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
-  ordering
-FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
-
--- list_destinations --
-SELECT id, tenant_id, name, type, config, secrets, events, status, created_at, updated_at,
-  deleted_at, consecutive_failures, failing_since, verification_failed_at, verification_error,
-  payload_filter, f.rate, f.breaker, f.circuit, f.opened_at, f.next_probe_at,
-  ordering
-FROM herald_destinations LEFT JOIN herald_flow f ON f.destination_id = id WHERE ($1::text IS NULL OR tenant_id = $1) AND deleted_at IS NULL
-  AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR type = $3)
-  AND ($4::text IS NULL OR id < $4)
-ORDER BY id DESC LIMIT $5
-
--- delete_destination --
-UPDATE herald_destinations SET deleted_at = $1, updated_at = $1
-WHERE id = $2 AND tenant_id = $3 AND deleted_at IS NULL
-
--- fail_deliveries_of --
-UPDATE herald_deliveries SET status = 'failure', next_attempt_at = NULL, lease_owner = NULL,
-  updated_at = $1
-WHERE destination_id = $2 AND status = 'pending'
-
--- get_delivery --
-SELECT d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
-  d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
-  a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt, d.replay_id, d.lease_owner IS NOT NULL
-FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
-WHERE d.id = $1 AND ($2::text IS NULL OR d.tenant_id = $2)
-
--- attempts_of --
-SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,
-  response_excerpt, exchange
-FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
-
--- _delivery_listing --
--- A delivery with its last attempt, as every listing of deliveries reads it
-d.id, d.tenant_id, d.event_id, d.event_type, d.destination_id, d.kind, d.status,
-  d.attempt_count, d.max_attempts, d.next_attempt_at, d.held, d.created_at, d.updated_at,
-  a.id, a.number, a.started_at, a.duration_ms, a.outcome, a.response_status, a.error,
-  a.response_excerpt, d.replay_id, d.lease_owner IS NOT NULL
-
--- list_deliveries --
--- {where}: the filter's clauses; {limit}: the limit's placeholder (both built per call)
-SELECT {_delivery_listing}
-FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
-WHERE {where} ORDER BY d.id DESC LIMIT {limit}
-
 -- event_deliveries --
 -- One event's deliveries, newest first: $1 tenant, $2 event id, $3 limit. Found by the
 -- event id's index (a few rows, of every tenant that used the id), then its tenant's
@@ -430,9 +191,6 @@ WHERE {where} ORDER BY d.id DESC LIMIT {limit}
 SELECT {_delivery_listing}
 FROM herald_deliveries d LEFT JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE d.event_id = $2 AND d.tenant_id = $1 ORDER BY d.id DESC LIMIT $3
-
--- count_deliveries --
-SELECT COUNT(*) FROM herald_deliveries d WHERE {where}
 
 -- requeue --
 -- A pending one keeps its place in its key (herald.ordering); a finished one leaves
@@ -450,34 +208,10 @@ FROM herald_destinations t
 WHERE t.id = d.destination_id AND t.deleted_at IS NULL
   AND d.id = ANY($4) AND d.kind = 'event' AND d.lease_owner IS NULL
 
--- get_event --
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
-FROM herald_events
-WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
-
--- expire_rate_windows --
-DELETE FROM herald_rate_limits WHERE window_no < $1
-
 -- count_request --
 INSERT INTO herald_rate_limits (tenant_id, window_no, count) VALUES ($1, $2, 1)
 ON CONFLICT (tenant_id, window_no)
 DO UPDATE SET count = herald_rate_limits.count + 1 RETURNING count
-
--- idempotency_expire --
-DELETE FROM herald_idempotency WHERE created_at < $1
-
--- idempotency_reserve --
-INSERT INTO herald_idempotency (tenant_id, key, fingerprint, created_at)
-VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1
-
--- idempotency_get --
-SELECT fingerprint, status, body FROM herald_idempotency WHERE tenant_id = $1 AND key = $2
-
--- idempotency_finish --
-UPDATE herald_idempotency SET status = $1, body = $2 WHERE tenant_id = $3 AND key = $4
-
--- idempotency_abort --
-DELETE FROM herald_idempotency WHERE tenant_id = $1 AND key = $2 AND status IS NULL
 
 -- purge_select --
 SELECT id FROM herald_deliveries WHERE status <> 'pending' AND updated_at < $1
@@ -489,44 +223,6 @@ DELETE FROM herald_attempts WHERE delivery_id = ANY($1)
 -- purge_deliveries --
 DELETE FROM herald_deliveries WHERE id = ANY($1) RETURNING event_id, tenant_id
 
--- purge_events_of --
--- The events of the deliveries just deleted, unless another still uses them: index
--- probes. (A NOT EXISTS over all old events was planned as a hash anti-join of both
--- whole tables: 1.3 s a batch at 1 M rows.) $1, $3: their ids and tenants, the key.
-DELETE FROM herald_events e USING unnest($1::text[], $3::text[]) AS k(id, tenant_id)
-WHERE e.id = k.id AND e.tenant_id = k.tenant_id AND e.ingested_at < $2
-  AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
-    WHERE d.event_id = e.id AND d.tenant_id = e.tenant_id)
-
--- jit_off --
--- The row estimate of purge_unused_events is poor, and JIT only costs
-SET LOCAL jit = off
-
--- purge_unused_events --
--- Events that never had a delivery (no subscriber), oldest first, each probed on its own;
--- by the whole key: another tenant's event of the same id may still have deliveries
-DELETE FROM herald_events WHERE (id, tenant_id) IN (SELECT e.id, e.tenant_id
-  FROM herald_events e WHERE e.ingested_at < $1 AND (SELECT 1 FROM herald_deliveries d
-    WHERE d.event_id = e.id AND d.tenant_id = e.tenant_id LIMIT 1) IS NULL
-  ORDER BY e.ingested_at LIMIT $2)
-
--- purge_rejected --
-DELETE FROM herald_outbox_rejected WHERE (source, seq) IN (SELECT source, seq
-  FROM herald_outbox_rejected WHERE rejected_at < $1 LIMIT $2)
-
--- create_api_key --
-INSERT INTO herald_api_keys (hash, tenant_id, hint, created_at, kind)
-VALUES ($1, $2, $3, $4, $5)
-
--- api_key --
--- An unrevoked key by its hash, of either kind (herald.apikeys.KeyCache: every face's lookup)
-SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
-WHERE hash = $1 AND revoked_at IS NULL
-
--- list_api_keys --
-SELECT hash, tenant_id, hint, created_at, revoked_at, kind FROM herald_api_keys
-WHERE tenant_id = $1 AND kind = $2 ORDER BY created_at DESC, hash
-
 -- revoke_api_keys --
 UPDATE herald_api_keys SET revoked_at = $1
 WHERE tenant_id = $2 AND left(hash, $3) = $4 AND revoked_at IS NULL
@@ -536,43 +232,10 @@ WHERE tenant_id = $2 AND left(hash, $3) = $4 AND revoked_at IS NULL
 -- FOR UPDATE: a concurrent update of one of these rows waits for this batch
 SELECT id, secrets FROM herald_destinations WHERE id > $1 ORDER BY id LIMIT $2 FOR UPDATE
 
--- reencrypt_update --
-UPDATE herald_destinations SET secrets = $1 WHERE id = $2
-
--- create_replay --
-INSERT INTO herald_replays (id, tenant_id, filter, requested_by, created_at, matched, requeued,
-  finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-
--- update_replay --
--- $4: stopped before it had re-queued everything
-UPDATE herald_replays SET requeued = $1, finished_at = $2, cut_short = $4 WHERE id = $3
-
--- end_unfinished_replays --
--- Replays a process that is gone left running (finished_at NULL): they end cut short
--- at $1, as far as their stored progress got
-UPDATE herald_replays SET finished_at = $1, cut_short = $2 WHERE finished_at IS NULL
-
--- get_replay --
--- $2 NULL: any tenant's, and operator-wide ones (an operator asks)
-SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at,
-  cut_short
-FROM herald_replays WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
-
--- list_replays --
-SELECT id, tenant_id, filter, requested_by, created_at, matched, requeued, finished_at,
-  cut_short
-FROM herald_replays WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR id < $2)
-ORDER BY id DESC LIMIT $3
-
 -- replay_outcomes --
 -- From herald_deliveries_replay alone (IS NOT NULL: its condition, said outright)
 SELECT replay_id, status, COUNT(*) FROM herald_deliveries
 WHERE replay_id IS NOT NULL AND replay_id = ANY($1) GROUP BY replay_id, status
-
--- create_token --
-INSERT INTO herald_session_tokens (id, tenant_id, token_hash, key_hash, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
 
 -- open_token --
 -- One statement: the checks and the extension ($2 now + $3 idle, never past created_at
@@ -598,38 +261,6 @@ WHERE session_hash = $1 AND revoked_at IS NULL AND expires_at > $2::float8
   AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
 RETURNING id, tenant_id, created_at, expires_at
 
--- token_state --
--- Why a token did not open (read only after it did not)
-SELECT t.traded_at, t.revoked_at, t.expires_at, k.revoked_at
-FROM herald_session_tokens t LEFT JOIN herald_api_keys k ON k.hash = t.key_hash
-WHERE t.token_hash = $1
-
--- session_state --
-SELECT t.traded_at, t.revoked_at, t.expires_at, k.revoked_at
-FROM herald_session_tokens t LEFT JOIN herald_api_keys k ON k.hash = t.key_hash
-WHERE t.session_hash = $1
-
--- reissue_token --
--- A new tk_ value for a token not yet traded (an idempotent POST /v2/token repeated)
-UPDATE herald_session_tokens SET token_hash = $1
-WHERE id = $2 AND tenant_id = $3 AND traded_at IS NULL AND revoked_at IS NULL
-  AND expires_at > $4
-  AND EXISTS (SELECT 1 FROM herald_api_keys k WHERE k.hash = key_hash AND k.revoked_at IS NULL)
-RETURNING id, tenant_id, created_at, expires_at
-
--- close_session --
-UPDATE herald_session_tokens SET revoked_at = $2 WHERE session_hash = $1 AND revoked_at IS NULL
-
--- purge_tokens --
-DELETE FROM herald_session_tokens WHERE id IN (SELECT id FROM herald_session_tokens
-  WHERE expires_at < $1 LIMIT $2)
-
--- purge_replays --
--- Replays older than the retention's cut-off that no delivery carries any more
-DELETE FROM herald_replays WHERE id IN (SELECT r.id FROM herald_replays r
-  WHERE r.created_at < $1 AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
-    WHERE d.replay_id = r.id) LIMIT $2)
-
 -- count_last --
 -- When a destination last answered well ($2) and badly ($3), the later of the stored
 -- and the given (a NULL leaves it); rows come in destination order (the lock order)
@@ -638,14 +269,6 @@ VALUES ($1, $2, $3)
 ON CONFLICT (destination_id) DO UPDATE SET
   last_success_at = GREATEST(herald_destination_stats.last_success_at, excluded.last_success_at),
   last_failure_at = GREATEST(herald_destination_stats.last_failure_at, excluded.last_failure_at)
-
--- count_hour --
--- A destination's successful ($3) and failed ($4) attempts of hour $2, added
-INSERT INTO herald_destination_hours (destination_id, hour, successes, failures)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (destination_id, hour) DO UPDATE SET
-  successes = herald_destination_hours.successes + excluded.successes,
-  failures = herald_destination_hours.failures + excluded.failures
 
 -- destination_last --
 SELECT destination_id, last_success_at, last_failure_at FROM herald_destination_stats
@@ -656,45 +279,11 @@ WHERE destination_id = ANY($1::text[])
 SELECT destination_id, SUM(successes), SUM(failures) FROM herald_destination_hours
 WHERE hour >= $1 AND destination_id = ANY($2::text[]) GROUP BY destination_id
 
--- destination_hours --
-SELECT hour, successes, failures FROM herald_destination_hours
-WHERE destination_id = $1 AND hour >= $2 ORDER BY hour
-
--- purge_hours --
--- Hours (since the epoch) before $1, up to $2 rows
-DELETE FROM herald_destination_hours WHERE (destination_id, hour) IN (
-  SELECT destination_id, hour FROM herald_destination_hours WHERE hour < $1 LIMIT $2)
-
 -- count_replay --
 -- Replays by who asked ($1), for every instance's metrics: replays:$1 and replayed:$1
 INSERT INTO herald_meta (key, value)
 VALUES ('replays:' || $1::text, 1), ('replayed:' || $1::text, $2::bigint)
 ON CONFLICT (key) DO UPDATE SET value = herald_meta.value + excluded.value
-
--- replay_counts --
-SELECT key, value FROM herald_meta WHERE key LIKE 'replay%:%'
-
--- operator_key_revoked --
-SELECT 1 FROM herald_api_keys WHERE hash = $1 AND kind = 'operator' AND revoked_at IS NOT NULL
-
--- console_session_create --
-INSERT INTO herald_console_sessions (id_hash, key_hash, created_at, last_seen)
-VALUES ($1, $2, $3, $3)
-
--- console_session_get --
--- A session lives only while its operator key does: revoking the key ends it
-SELECT s.key_hash, s.created_at, s.last_seen FROM herald_console_sessions s
-JOIN herald_api_keys k ON k.hash = s.key_hash
-WHERE s.id_hash = $1 AND k.kind = 'operator' AND k.revoked_at IS NULL
-
--- console_session_touch --
-UPDATE herald_console_sessions SET last_seen = $1 WHERE id_hash = $2
-
--- console_session_delete --
-DELETE FROM herald_console_sessions WHERE id_hash = $1
-
--- console_sessions_expire --
-DELETE FROM herald_console_sessions WHERE last_seen < $1 OR created_at < $2
 
 -- console_outcomes --
 -- Finished deliveries by outcome and time bucket since $1, $2 seconds a bucket,
@@ -708,14 +297,6 @@ WHERE status <> 'pending' AND updated_at >= $1 GROUP BY 1, 2
 SELECT destination_id, COUNT(*) FROM herald_deliveries
 WHERE status <> 'pending' AND status = 'failure' AND updated_at >= $1
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2
-
--- console_in_flight --
--- Leased deliveries: being attempted right now (herald_deliveries_leased)
-SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL
-
--- console_rejected_count --
--- Rejected outbox rows, counted up to $1 (their data is never read)
-SELECT COUNT(*) FROM (SELECT 1 FROM herald_outbox_rejected LIMIT $1) AS r
 
 -- tenant_outcomes --
 -- console_outcomes for one tenant ($3), the portal's overview: its destinations'
@@ -754,13 +335,6 @@ SELECT MIN(next_attempt_at) FROM herald_deliveries
 WHERE status = 'pending' AND held = 0
   AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
 
--- failing_now --
--- Destinations in a failing episode, the longest failing first, $1 one tenant's or NULL
--- (herald_destinations_failing)
-SELECT id, tenant_id, name, failing_since, consecutive_failures FROM herald_destinations
-WHERE failing_since IS NOT NULL AND deleted_at IS NULL AND ($1::text IS NULL OR tenant_id = $1)
-ORDER BY failing_since LIMIT $2
-
 -- last_failed_attempt --
 -- The last attempt of destination $1's newest delivery that failed it: a walk of
 -- herald_deliveries_destination from the newest, one primary-key probe of
@@ -769,17 +343,6 @@ SELECT a.started_at, a.response_status, a.error
 FROM herald_deliveries d JOIN herald_attempts a ON a.id = d.last_attempt_id
 WHERE d.destination_id = $1 AND a.outcome <> 'success'
 ORDER BY d.id DESC LIMIT 1
-
--- attempt_hours --
--- Every destination's attempts per hour since hour $1 (herald_destination_hours_hour)
-SELECT hour, SUM(successes), SUM(failures) FROM herald_destination_hours
-WHERE hour >= $1 GROUP BY hour
-
--- tenant_attempt_hours --
--- attempt_hours for one tenant ($2): its destinations, then their hours by primary key
-SELECT h.hour, SUM(h.successes), SUM(h.failures)
-FROM herald_destinations t JOIN herald_destination_hours h ON h.destination_id = t.id
-WHERE t.tenant_id = $2 AND h.hour >= $1 GROUP BY h.hour
 
 -- list_events --
 -- Events newest first, walking herald_events_ingested backwards: $1 one tenant's or NULL,
@@ -805,36 +368,12 @@ ON CONFLICT (source) DO UPDATE SET owner = EXCLUDED.owner, lease_until = EXCLUDE
 WHERE herald_source_leases.owner = EXCLUDED.owner OR herald_source_leases.lease_until < $4
 RETURNING owner
 
--- source_release --
-DELETE FROM herald_source_leases WHERE source = $1 AND owner = $2
-
--- recent_events --
--- A tenant's newest events, newest first (a filter's test picks those of its types)
-SELECT id, tenant_id, type, created_at, created_ts, data, traceparent, ordering_key
-FROM herald_events
-WHERE tenant_id = $1 ORDER BY ingested_at DESC LIMIT $2
-
 -- put_event_type --
 INSERT INTO herald_event_types (tenant_id, type, description, schema, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $5)
 ON CONFLICT (tenant_id, type) DO UPDATE SET description = excluded.description,
   schema = excluded.schema,
   updated_at = GREATEST(excluded.updated_at, herald_event_types.updated_at + 0.000001)
-
--- get_event_type --
-SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
-WHERE tenant_id = $1 AND type = $2
-
--- list_event_types --
--- One tenant's catalog in type order, types strictly after $2 ('' for the first page)
-SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
-WHERE tenant_id = $1 AND type > $2 ORDER BY type LIMIT $3
-
--- all_event_types --
-SELECT tenant_id, type, description, schema, created_at, updated_at FROM herald_event_types
-
--- delete_event_type --
-DELETE FROM herald_event_types WHERE tenant_id = $1 AND type = $2
 
 -- requeue_keys --
 -- Of the deliveries a re-queue takes, those of an ordered key now or before: whether
@@ -849,36 +388,78 @@ WHERE d.kind = 'event' AND d.lease_owner IS NULL
   AND (d.ordering_key IS NOT NULL OR (t.ordering = 'key' AND e.ordering_key IS NOT NULL))
   AND d.id = ANY($1)
 
--- requeue_ordered --
--- A re-queued delivery joins its key ($1) at $2 (order_seq), waiting behind what of
--- the key is pending ($3 = 1) or as its head
-UPDATE herald_deliveries SET ordering_key = $1, order_seq = $2,
-  held = CASE WHEN $3 = 1 THEN 2 ELSE held END
-WHERE id = $4 AND status = 'pending'
+-- ---- Only PostgreSQL has these ----
 
--- set_destination_ordering --
--- Written beside the row only when ordered (as the filter: an older schema has no column)
-UPDATE herald_destinations SET ordering = $1 WHERE id = $2
+-- migration_lock --
+-- One migrator at a time when several instances start together
+SELECT pg_advisory_xact_lock(7236520173)
 
--- unorder_deliveries --
--- Destination $1 is no longer ordered: its pending deliveries leave their keys, and
--- those that waited are claimable now (held as any when it is not active)
-UPDATE herald_deliveries SET ordering_key = NULL,
-  held = CASE WHEN held <> 2 THEN held
-    WHEN (SELECT t.status FROM herald_destinations t WHERE t.id = $1) = 'active' THEN 0
-    ELSE 1 END
-WHERE destination_id = $1 AND status = 'pending' AND ordering_key IS NOT NULL
+-- event_exists --
+-- insert_outbox's NOT EXISTS read the snapshot before a relay's concurrent commit
+SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2
 
--- blocked_keys --
--- An ordered destination's keys whose next delivery waits, with the delivery at their
--- head (the one it waits for), up to $2: one walk of herald_deliveries_keyed
-SELECT h.ordering_key, h.id, h.status, h.attempt_count, h.next_attempt_at,
-  h.lease_owner IS NOT NULL,
-  (SELECT COUNT(*) FROM herald_deliveries w WHERE w.destination_id = h.destination_id
-    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
-FROM herald_deliveries h
-WHERE h.destination_id = $1 AND h.status = 'pending' AND h.ordering_key IS NOT NULL
-  AND h.held <> 2
-  AND EXISTS (SELECT 1 FROM herald_deliveries w WHERE w.destination_id = h.destination_id
-    AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
-ORDER BY h.next_attempt_at LIMIT $2
+-- claim --
+-- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
+-- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
+-- when given. Then whether the destination is under flow control, and the delivery's
+-- ordering key (of an ordered destination's: herald.ordering; only a key's head has
+-- held = 0, so the claim never reads a delivery waiting behind it)
+UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
+FROM (SELECT id, next_attempt_at FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
+  AND NOT (destination_id = ANY($4::text[])) AND NOT (tenant_id = ANY($6::text[]))
+  AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
+    WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > $3))
+  ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
+WHERE d.id = s.id
+RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
+  d.event_id, s.next_attempt_at,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id),
+  d.ordering_key
+
+-- lock_for_record --
+-- The destinations whose signal state recording may change, with that state, locked in
+-- id order before any delivery (lock order: destination, then its deliveries): of the
+-- batch's ($1), those with a failure or an activation ($2) or not clean now. A batch of
+-- successes to healthy destinations locks nothing
+SELECT id, type, consecutive_failures, failing_since FROM herald_destinations
+WHERE id = ANY($1::text[]) AND deleted_at IS NULL
+  AND (id = ANY($2::text[]) OR consecutive_failures > 0 OR failing_since IS NOT NULL)
+ORDER BY id FOR NO KEY UPDATE
+
+-- heartbeat --
+-- xmax is set when the row was updated, not inserted
+INSERT INTO herald_instances AS i VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+RETURNING (xmax <> 0)
+
+-- reap_delete --
+-- Peers reaping at the same time wait on these row locks; one of them wins
+DELETE FROM herald_instances WHERE heartbeat_at < $1 RETURNING id
+
+-- reap_release --
+WITH leased AS (SELECT id, lease_owner FROM herald_deliveries
+  WHERE status = 'pending' AND lease_owner = ANY($2::text[]) FOR UPDATE)
+UPDATE herald_deliveries d SET next_attempt_at = $1, lease_owner = NULL
+FROM leased WHERE d.id = leased.id RETURNING leased.lease_owner
+
+-- purge_events_of --
+-- The events of the deliveries just deleted, unless another still uses them: index
+-- probes. (A NOT EXISTS over all old events was planned as a hash anti-join of both
+-- whole tables: 1.3 s a batch at 1 M rows.) $1, $3: their ids and tenants, the key.
+DELETE FROM herald_events e USING unnest($1::text[], $3::text[]) AS k(id, tenant_id)
+WHERE e.id = k.id AND e.tenant_id = k.tenant_id AND e.ingested_at < $2
+  AND NOT EXISTS (SELECT 1 FROM herald_deliveries d
+    WHERE d.event_id = e.id AND d.tenant_id = e.tenant_id)
+
+-- jit_off --
+-- The row estimate of purge_unused_events is poor, and JIT only costs
+SET LOCAL jit = off
+
+-- purge_unused_events --
+-- Events that never had a delivery (no subscriber), oldest first, each probed on its own;
+-- by the whole key: another tenant's event of the same id may still have deliveries
+DELETE FROM herald_events WHERE (id, tenant_id) IN (SELECT e.id, e.tenant_id
+  FROM herald_events e WHERE e.ingested_at < $1 AND (SELECT 1 FROM herald_deliveries d
+    WHERE d.event_id = e.id AND d.tenant_id = e.tenant_id LIMIT 1) IS NULL
+  ORDER BY e.ingested_at LIMIT $2)
