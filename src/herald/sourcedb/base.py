@@ -10,21 +10,13 @@ from typing import Any
 
 import orjson
 
-from herald.config import SourceSettings
+from herald.config import SOURCE_COLUMNS, SourceSettings
 from herald.model import OutboxRow
 from herald.timeutil import format_epoch, now, parse_timestamp
 
-# The columns read, in OutboxRow's order (``about`` is Herald's own, never a source's).
-READ_COLUMNS = (
-    "seq",
-    "id",
-    "tenant_id",
-    "type",
-    "data",
-    "created_at",
-    "traceparent",
-    "ordering_key",
-)
+# The columns read are the source columns, in OutboxRow's order (``about`` is Herald's
+# own, never a source's).
+READ_COLUMNS = SOURCE_COLUMNS
 
 
 class SourceError(Exception):
