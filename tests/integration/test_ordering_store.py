@@ -86,3 +86,31 @@ async def test_one_head_per_key_released_in_order_fenced_and_replayed(harness: H
     assert current is not None
     await h.store.update_destination(replace(current, ordering="none", updated_at=time.time()))
     assert len(await claim(h)) == 3
+
+
+async def test_blocked_keys_name_each_waiting_key_and_its_head(harness: Harness) -> None:
+    """What the destination page's "Blocked keys" table reads: a key with deliveries
+    waiting behind its head, the head (in flight once claimed) and how many wait; a key
+    with nothing behind its head is not blocked."""
+    h = harness
+    dest = await h.add_webhook("http://127.0.0.1:9/hook")
+    await h.store.update_destination(replace(dest, ordering="key", updated_at=time.time()))
+    await h.catalog.refresh()
+    k = [produce(h, "k", n) for n in range(3)]
+    produce(h, "j", 0)
+    assert await h.relay.run_once() == 4
+
+    [blocked] = await h.store.blocked_keys(dest.id, limit=10)
+    assert (blocked.key, blocked.waiting, blocked.in_flight) == ("k", 2, False)
+    head = (await h.delivery(blocked.head_id)).event_id
+    assert head == k[0]
+
+    claimed = await claim(h)
+    [blocked] = await h.store.blocked_keys(dest.id, limit=10)
+    assert (blocked.key, blocked.waiting, blocked.in_flight) == ("k", 2, True)
+    # The head ends: the next is the head now, one behind it.
+    k_head = next(d for d in claimed if d.event.id == k[0])
+    await h.store.record_attempts([ended(k_head)])
+    [blocked] = await h.store.blocked_keys(dest.id, limit=10)
+    assert (blocked.key, blocked.waiting) == ("k", 1)
+    assert (await h.delivery(blocked.head_id)).event_id == k[1]
