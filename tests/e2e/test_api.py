@@ -235,6 +235,7 @@ async def test_destination_lifecycle(api: Api, receiver: Receiver) -> None:
         "rate_limit_per_second",
         "circuit_breaker",
         "circuit",
+        "ordering",
         "created_at",
         "updated_at",
     }
@@ -352,7 +353,8 @@ async def test_events_deliveries_retry_and_replay(api: Api, receiver: Receiver) 
         json={"type": "task_run.completed", "data": {"task_run_id": "trun_1", "status": "done"}},
     )
     assert status == 202, event
-    assert set(event) == {"id", "object", "type", "created_at", "data"}
+    assert set(event) == {"id", "object", "type", "created_at", "data", "ordering_key"}
+    assert event["ordering_key"] is None
     assert event["id"].startswith("evt_")
     assert event["object"] == "event"
     assert event["data"] == {"task_run_id": "trun_1", "status": "done"}
