@@ -60,6 +60,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.recorder",
         "herald.claims",
         "herald.handover",
+        "herald.wire",
     ),
     # The engine's loops, the operations people call (the service and its rooms), and
     # who may call them (access).
@@ -201,6 +202,7 @@ ENGINE = (
     "herald.recorder",
     "herald.catalog",
     "herald.workers",
+    "herald.wire",
     "herald.replayer",
 )
 """What moves deliveries: the relay, the dispatcher and its parts, the attempt

@@ -9,7 +9,7 @@ from herald.adapters.httpdelivery import KEPT_HEADER_CHARS, KEPT_VALUE_CHARS, ke
 from herald.console.sent import curl_command
 from herald.model import Attempt, AttemptRecord, DeliveryStatus, Exchange, Outcome
 from herald.store.rows import attempt_from_row, attempt_to_row
-from herald.workers import decode_record, encode_record
+from herald.wire import decode_record, encode_record
 
 
 def test_credentials_are_masked_and_values_cut() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from herald import workers
+from herald import wire
 from herald.model import (
     Attempt,
     AttemptRecord,
@@ -16,7 +16,7 @@ from herald.model import (
     Event,
     Outcome,
 )
-from herald.workers import (
+from herald.wire import (
     decode_item,
     decode_record,
     encode_item,
@@ -110,6 +110,6 @@ async def test_a_record_line_from_a_worker_decodes_from_a_batch() -> None:
 
 
 async def test_a_line_over_the_limit_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workers, "LINE_LIMIT", 8)
+    monkeypatch.setattr(wire, "LINE_LIMIT", 8)
     with pytest.raises(ValueError, match="longer than"):
         await _lines_of([b"0123456789abcdef"])
