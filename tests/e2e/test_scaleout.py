@@ -93,18 +93,29 @@ async def prepare(h: Herald, nginx: Nginx) -> list[str]:
     return dests
 
 
-async def wait_done(h: Herald, expected: int, timeout: float) -> float:
+async def wait_done(h: Herald, expected: int, stall: float, cap: float = 600) -> float:
+    """Seconds until ``expected`` event deliveries succeeded.
+
+    A stuck run fails once no delivery has succeeded for ``stall`` seconds; a slow one
+    (a loaded CI machine runs other tests beside this one) only at ``cap``. How fast the
+    fleet delivers is bench postgres's to measure, not a test's.
+    """
     started = time.monotonic()
-    deadline = started + timeout
-    done = 0
-    while time.monotonic() < deadline:
-        done = h.query(
+    last_progress, done = started, 0
+    while (now := time.monotonic()) < started + cap and now < last_progress + stall:
+        count = h.query(
             "SELECT COUNT(*) FROM herald_deliveries WHERE kind = 'event' AND status = 'success'"
         )[0][0]
-        if done >= expected:
-            return time.monotonic() - started
+        if count >= expected:
+            return now - started
+        if count > done:
+            last_progress, done = now, count
         await asyncio.sleep(0.25)
-    raise AssertionError(f"{done} of {expected} deliveries succeeded within {timeout} s")
+    raise AssertionError(
+        f"{done} of {expected} deliveries succeeded, none for the last {stall} s"
+        if now >= last_progress + stall
+        else f"{done} of {expected} deliveries succeeded within {cap} s"
+    )
 
 
 async def wait_active(h: Herald, timeout: float) -> None:
@@ -167,8 +178,8 @@ async def test_three_instances_share_the_work(
     try:
         await wait_active(nodes[0], 30)
         insert(nodes[0], events)
-        # About 10 s on the 2-core test machine; the bound keeps a stuck run short.
-        seconds = await wait_done(nodes[0], deliveries, 100)
+        # 45-55 s alone on the 2-core test machine, longer beside other tests.
+        seconds = await wait_done(nodes[0], deliveries, stall=30)
         arrivals = await wait_arrivals(nginx, deliveries)
         per_destination = Counter(path for path, _ in arrivals)
         events_seen = {(p, w) for p, w in arrivals if w.startswith("evt_s")}
@@ -264,7 +275,7 @@ async def test_killed_instance_leases_are_taken_over(
         orphaned = leased_to(victim, victim_id)
         assert len(orphaned) > 0, f"the victim held {len(before_kill)} leases, none at the kill"
         # Heartbeats bring the deliveries back long before the 300 s leases would.
-        await wait_done(nodes[0], events * DESTINATIONS, 240 if mechanism == "lease" else 120)
+        await wait_done(nodes[0], events * DESTINATIONS, stall=60)
         if mechanism == "heartbeat":
             # The survivors may finish every delivery before they presume the victim dead
             # (when it had none of its leases left unrecorded): wait for the reaping.
