@@ -547,7 +547,4 @@ class Operations(EventOperations, Pings):
         return await read_overview(self.store, now=now, tenant_id=tenant_id)
 
 
-DestinationService = Operations
-"""The service's old name, kept while branches written against it are merged."""
-
-__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "DestinationService", "Operations", "ReplayResult"]
+__all__ = ["DEFAULT_TENANT", "DeliveryStatus", "Operations", "ReplayResult"]

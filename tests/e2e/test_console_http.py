@@ -240,6 +240,7 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             "name": "hook",
             "events": "*",
             "config.url": "http://127.0.0.1:9/hook",
+            "ordering": "key",
         }
         assert client.request("/console/destinations", form)[0] == 303
         [(dest_id,)] = h.query("SELECT id FROM herald_destinations")
@@ -248,6 +249,22 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             h, "SELECT id FROM herald_deliveries WHERE kind = 'event'"
         )
         h.insert_events([("evt_bad", "acme", "order.created", "[]")])
+        # Two events of one key: the second waits behind the first (docs/ordering.md).
+        db = h.connect()
+        try:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT INTO herald_outbox (id, tenant_id, type, data, ordering_key)"
+                " VALUES (?, 'acme', 'order.created', '{}', 'cart-7')",
+                [("evt_k1",), ("evt_k2",)],
+            )
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        [(head_id,)] = _eventually_one(
+            h, "SELECT id FROM herald_deliveries WHERE event_id = 'evt_k1'"
+        )
+        _eventually_one(h, "SELECT id FROM herald_deliveries WHERE event_id = 'evt_k2'")
         pages = [
             "/console/",
             "/console/deliveries",
@@ -268,6 +285,9 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
             "/console/outbox/rejected",
         ]
         assert {p: client.request(p)[0] for p in pages} == dict.fromkeys(pages, 200)
+        # The ordered destination's page names the blocked key, its head and what waits.
+        _, page = client.request(f"/console/destinations/{dest_id}")
+        assert blocked_keys(page) == [("cart-7", head_id, "1")]
         # A replay started from the form runs in the daemon and gets its page.
         replay = {"tenant": "acme", "destination": dest_id}
         assert client.request("/console/replays", replay)[0] == 403  # no CSRF token
@@ -297,6 +317,8 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
         assert tenant.request(f"/portal/?token={h.portal_token('acme')}")[0] == 303
         portal = [p.replace("/console/", "/portal/") for p in pages[:-1]]
         assert {p: tenant.request(p)[0] for p in portal} == dict.fromkeys(portal, 200)
+        _, page = tenant.request(f"/portal/destinations/{dest_id}")
+        assert blocked_keys(page) == [("cart-7", head_id, "1")]
         assert tenant.request("/portal/outbox/rejected")[0] == 404
         # ?tenant= is no filter in the portal: acme's event, whatever it says.
         assert tenant.request("/portal/events/evt_page?tenant=other")[0] == 200
@@ -304,6 +326,17 @@ def test_every_page_answers_on_both_databases(backend: str, tmp_path: Path) -> N
         h.stop()
         if url is not None:
             _in_thread(drop_postgres_database(url))
+
+
+def blocked_keys(page: str) -> list[tuple[str, str, str]]:
+    """The rows of a destination page's Blocked keys table: key, head delivery, waiting."""
+    table = re.search(r'<table id="blocked-keys">(.*?)</table>', page, re.S)
+    assert table is not None, "no Blocked keys table"
+    return re.findall(
+        r"<tr><td><code><bdi>([^<]*)</bdi></code></td><td><a [^>]*>([^<]*)</a></td>"
+        r"<td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td></tr>",
+        table.group(1),
+    )
 
 
 def _in_thread(coro: Coroutine[Any, Any, T]) -> T:

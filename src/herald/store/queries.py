@@ -8,7 +8,10 @@ that say ``{_name}`` get its text, so a select list two queries share is written
 A fragment may be defined in the shared file or a dialect's and used by the queries of
 either. The shared file numbers its parameters ``$1, $2 …`` as PostgreSQL does; SQLite
 reads each ``$n`` outside quotes as ``?n``, without the casts PostgreSQL may need to type
-it (``$2::text IS NULL`` is ``?2 IS NULL``). A name is defined in the shared file or in a
+it (``$2::text IS NULL`` is ``?2 IS NULL``). A list argument is written as PostgreSQL
+takes it, ``col = ANY($n)`` with ``$n`` the last parameter; SQLite, which has no array
+parameter, reads it as ``col IN ({ids})``, the list's values bound from ``?n`` on
+(``herald.store.sqlite``). A name is defined in the shared file or in a
 dialect's, never both; a name only one dialect's file defines is a query only that dialect
 runs. Files are parsed once per process; callers look queries up by name.
 """
@@ -25,6 +28,8 @@ _PLACEHOLDER = re.compile(
 )
 """A quoted string or identifier (left as it is), or a ``$n`` parameter and the casts that
 type it for PostgreSQL (``$2::text``)."""
+_LIST = re.compile(r"= ANY\(\$(\d+)(?:::[A-Za-z][A-Za-z0-9_]*(?:\[\])?)*\)")
+"""A list argument of the shared file: ``= ANY($n)``, ``= ANY($n::text[])``."""
 
 
 def parse_blocks(text: str) -> dict[str, str]:
@@ -69,7 +74,14 @@ def parse_queries(text: str) -> dict[str, str]:
 def sqlite_placeholders(sql: str) -> str:
     """``sql`` with each ``$n`` parameter outside quotes written ``?n``, as SQLite
     numbers them, and the casts that type it for PostgreSQL (``$2::text``) dropped: SQLite
-    needs none. A ``$`` inside a string, such as a JSON path, is left alone."""
+    needs none. A ``$`` inside a string, such as a JSON path, is left alone. A list
+    argument, ``= ANY($n)``, becomes ``IN ({ids})``; it must be the last parameter."""
+    lists = {int(n) for n in _LIST.findall(sql)}
+    if lists:
+        last = max(int(m[1]) for m in _PLACEHOLDER.finditer(sql) if m[1] is not None)
+        if lists != {last}:
+            raise ValueError(f"a list argument must be the last parameter (${last}): {sql}")
+        sql = _LIST.sub("IN ({ids})", sql)
     return _PLACEHOLDER.sub(lambda m: m[0] if m[1] is None else f"?{m[1]}", sql)
 
 

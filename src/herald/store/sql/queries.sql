@@ -444,3 +444,33 @@ WHERE h.destination_id = $1 AND h.status = 'pending' AND h.ordering_key IS NOT N
   AND EXISTS (SELECT 1 FROM herald_deliveries w WHERE w.destination_id = h.destination_id
     AND w.ordering_key = h.ordering_key AND w.status = 'pending' AND w.held = 2)
 ORDER BY h.next_attempt_at LIMIT $2
+
+-- destination_last --
+SELECT destination_id, last_success_at, last_failure_at FROM herald_destination_stats
+WHERE destination_id = ANY($1::text[])
+
+-- destination_rates --
+-- The destinations' attempts since hour $1: at most 24 rows each, by primary key
+SELECT destination_id, SUM(successes), SUM(failures) FROM herald_destination_hours
+WHERE hour >= $1 AND destination_id = ANY($2::text[]) GROUP BY destination_id
+
+-- purge_attempts --
+DELETE FROM herald_attempts WHERE delivery_id = ANY($1)
+
+-- replay_outcomes --
+-- From herald_deliveries_replay alone (IS NOT NULL: its condition, said outright)
+SELECT replay_id, status, COUNT(*) FROM herald_deliveries
+WHERE replay_id IS NOT NULL AND replay_id = ANY($1) GROUP BY replay_id, status
+
+-- requeue_keys --
+-- Of the deliveries a re-queue takes, those of an ordered key now or before: whether
+-- each is pending, its order so far, and its key as the re-queue gives it (the event's,
+-- when its destination is ordered now)
+SELECT d.id, d.destination_id, d.status = 'pending', d.order_seq, d.ordering_key,
+  CASE WHEN t.ordering = 'key' THEN e.ordering_key END
+FROM herald_deliveries d
+JOIN herald_destinations t ON t.id = d.destination_id AND t.deleted_at IS NULL
+JOIN herald_events e ON e.id = d.event_id AND e.tenant_id = d.tenant_id
+WHERE d.kind = 'event' AND d.lease_owner IS NULL
+  AND (d.ordering_key IS NOT NULL OR (t.ordering = 'key' AND e.ordering_key IS NOT NULL))
+  AND d.id = ANY($1)

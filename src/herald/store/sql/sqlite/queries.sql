@@ -175,9 +175,6 @@ ON CONFLICT (tenant_id, window_no) DO UPDATE SET count = count + 1 RETURNING cou
 SELECT id FROM herald_deliveries WHERE status <> 'pending' AND updated_at < ?1
 ORDER BY updated_at LIMIT ?2
 
--- purge_attempts --
-DELETE FROM herald_attempts WHERE delivery_id IN ({ids})
-
 -- purge_deliveries --
 DELETE FROM herald_deliveries WHERE id IN ({ids})
 
@@ -188,11 +185,6 @@ WHERE tenant_id = ?2 AND substr(hash, 1, ?3) = ?4 AND revoked_at IS NULL
 
 -- reencrypt_select --
 SELECT id, secrets FROM herald_destinations WHERE id > ?1 ORDER BY id LIMIT ?2
-
--- replay_outcomes --
--- From herald_deliveries_replay alone (IS NOT NULL: its condition, said outright)
-SELECT replay_id, status, COUNT(*) FROM herald_deliveries
-WHERE replay_id IS NOT NULL AND replay_id IN ({ids}) GROUP BY replay_id, status
 
 -- open_token --
 -- One statement: the checks and the extension (?2 now + ?3 idle, never past created_at
@@ -229,15 +221,6 @@ ON CONFLICT (destination_id) DO UPDATE SET
     herald_destination_stats.last_success_at, excluded.last_success_at),
   last_failure_at = COALESCE(MAX(herald_destination_stats.last_failure_at, excluded.last_failure_at),
     herald_destination_stats.last_failure_at, excluded.last_failure_at)
-
--- destination_last --
-SELECT destination_id, last_success_at, last_failure_at FROM herald_destination_stats
-WHERE destination_id IN ({ids})
-
--- destination_rates --
--- The destinations' attempts since hour ?1: at most 24 rows each, by primary key
-SELECT destination_id, SUM(successes), SUM(failures) FROM herald_destination_hours
-WHERE hour >= ?1 AND destination_id IN ({ids}) GROUP BY destination_id
 
 -- count_replay --
 -- Replays by who asked (?1), for every instance's metrics: replays:?1 and replayed:?1
@@ -330,19 +313,6 @@ INSERT INTO herald_event_types (tenant_id, type, description, schema, created_at
 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
 ON CONFLICT (tenant_id, type) DO UPDATE SET description = excluded.description,
   schema = excluded.schema, updated_at = MAX(excluded.updated_at, updated_at + 0.000001)
-
--- requeue_keys --
--- Of the deliveries a re-queue takes, those of an ordered key now or before: whether
--- each is pending, its order so far, and its key as the re-queue gives it (the event's,
--- when its destination is ordered now)
-SELECT d.id, d.destination_id, d.status = 'pending', d.order_seq, d.ordering_key,
-  CASE WHEN t.ordering = 'key' THEN e.ordering_key END
-FROM herald_deliveries d
-JOIN herald_destinations t ON t.id = d.destination_id AND t.deleted_at IS NULL
-JOIN herald_events e ON e.id = d.event_id AND e.tenant_id = d.tenant_id
-WHERE d.kind = 'event' AND d.lease_owner IS NULL
-  AND (d.ordering_key IS NOT NULL OR (t.ordering = 'key' AND e.ordering_key IS NOT NULL))
-  AND d.id IN ({ids})
 
 -- ---- Only SQLite has these ----
 
