@@ -228,8 +228,7 @@ class Held:
 @dataclass(slots=True)
 class Pacer:
     """One process's spacing of a rate-limited destination's requests at the moment
-    they go on the wire: the same bucket as the shared one (``rate`` a second, one
-    second's worth at once).
+    they go on the wire: one every ``1/rate`` seconds, without the shared bucket's burst.
 
     The shared bucket (:func:`admit`) bounds how many attempts start, over every
     process and instance, when they are claimed. Between the claim and the wire a
@@ -239,6 +238,11 @@ class Pacer:
     So the attempt waits its turn here just before its request is written, and the
     receiver sees the rate. Each destination's attempts stay in one process (the
     worker pool pins them), so one pacer sees them all.
+
+    The pacer spends no burst: a receiver that allows one second's worth at once and
+    is sent its rate evenly keeps that allowance for the network's jitter. Sent in a
+    burst and then at the rate, its bucket would stay full for the whole backlog, and
+    any request arriving a little earlier than the one before it would be refused.
     """
 
     rate: float
@@ -247,8 +251,8 @@ class Pacer:
     def turn(self, now: float) -> float:
         """Take the next place: seconds to wait before sending (0: at once)."""
         tat = max(self.tat, now)
-        wait = tat - tolerance(self.rate) - now
         self.tat = tat + 1.0 / self.rate
+        wait = tat - now
         return wait if wait > _EPSILON else 0.0
 
 
