@@ -18,7 +18,7 @@ that brings them to ``failing_after`` opens a failing episode
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,14 @@ def _item(r: AttemptRecord) -> DueDelivery:
     return r.item
 
 
+def _counted(records: Sequence[AttemptRecord]) -> Iterator[tuple[AttemptRecord, str]]:
+    """The records whose attempts count toward a destination's health (an event's or a
+    test ping's, not a verification's), each with its destination id, in order."""
+    for r in records:
+        if r.item is not None and r.item.kind in _COUNTED:
+            yield r, r.item.destination_id
+
+
 def episodes(
     records: Sequence[AttemptRecord],
     states: dict[str, DestinationState],
@@ -95,10 +103,7 @@ def episodes(
     recovered signals and the ids of the states that changed."""
     signals: list[Signal] = []
     changed: set[str] = set()
-    for r in records:
-        if r.item is None or r.item.kind not in _COUNTED:
-            continue
-        dest_id = r.item.destination_id
+    for r, dest_id in _counted(records):
         state = states.get(dest_id)
         if state is None:
             continue
@@ -138,10 +143,7 @@ def circuits(
     opened end while it is open: they count, and change nothing else."""
     signals: list[Signal] = []
     changed: set[str] = set()
-    for r in records:
-        if r.item is None or r.item.kind not in _COUNTED:
-            continue
-        dest_id = r.item.destination_id
+    for r, dest_id in _counted(records):
         before = failures.get(dest_id, 0)
         ok = r.attempt.outcome is Outcome.SUCCESS
         count = failures[dest_id] = 0 if ok else before + 1

@@ -80,12 +80,10 @@ class EngineStore(StorePart):
             return RelayPlan(), 0
         self._outbox_idle = False
         async with d.tx() as c:
-            if ordered:
-                await d.fetch(c, "order_lock")
-            if destinations_version is not None:
-                current = await d.fetchval(c, "destinations_version")
-                if int(current) != destinations_version:
-                    return RelayPlan(), STALE_CATALOG
+            if not await self._relay_fence(
+                c, ordered=ordered, destinations_version=destinations_version
+            ):
+                return RelayPlan(), STALE_CATALOG
             rows = [OutboxRow(*r) for r in await d.fetch(c, "relay_claim", limit)]
             if not rows:
                 self._outbox_idle = d.idle_read

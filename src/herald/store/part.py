@@ -109,6 +109,20 @@ class StorePart:
             r.id: (int(seq or 0), not head) for r, seq, head in zip(rows, seqs, first, strict=True)
         }
 
+    async def _relay_fence(
+        self, c: Conn, *, ordered: bool, destinations_version: int | None
+    ) -> bool:
+        """A relay pass's first steps in its transaction ``c``: the order lock when some
+        destination is ordered (passes on several instances number their deliveries one
+        after the other), then whether the caller's catalog is still current (False:
+        destinations changed since ``destinations_version``; write nothing)."""
+        d = self.dialect
+        if ordered:
+            await d.fetch(c, "order_lock")
+        if destinations_version is None:
+            return True
+        return int(await d.fetchval(c, "destinations_version")) == destinations_version
+
     async def _write_plan(self, c: Conn, plan: RelayPlan, now: float, source: str) -> None:
         """Store what the relay planned for a batch of outbox rows: the events, their
         deliveries (``plan.leased`` set to those stored leased) and the rejected rows,

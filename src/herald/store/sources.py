@@ -50,12 +50,10 @@ class SourceStore(StorePart):
         :meth:`relay`'s, the order lock first."""
         d = self.dialect
         async with d.tx() as c:
-            if ordered:
-                await d.fetch(c, "order_lock")
-            if destinations_version is not None:
-                current = await d.fetchval(c, "destinations_version")
-                if int(current) != destinations_version:
-                    return None
+            if not await self._relay_fence(
+                c, ordered=ordered, destinations_version=destinations_version
+            ):
+                return None
             ids = [r.id.decode("utf-8", "replace") for r in rows if r.id is not None]
             stored: StoredEvents = {
                 (str(t), str(i)): (str(ty), str(data))
