@@ -80,6 +80,12 @@ class Claims:
                     skipped.append(d)
         return skipped
 
+    def waits_for_slots(self, outstanding: Mapping[str, int]) -> bool:
+        """Whether some destination's due deliveries wait for a slot of its own (it has
+        ``enough`` outstanding): then a freed slot is worth a claim."""
+        enough = self.enough
+        return any(n >= enough for n in outstanding.values())
+
     def next_gate(self) -> float | None:
         """When the first shut gate opens (None: none is shut)."""
         return min(self.gates.values(), default=None)

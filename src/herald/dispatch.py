@@ -255,9 +255,13 @@ class Dispatcher:
                 # Due when the claim read, and not taken: due work exists but only for
                 # saturated destinations (or rows a peer holds, or destinations waiting
                 # for their rate or their circuit's probe): wait for a slot or a gate.
+                # A freed slot wakes the claim only if a destination or tenant waits for
+                # one: a backlog behind a shut gate alone would have every finished
+                # attempt's claim read past it for nothing.
                 gate = self._claims.next_gate()
                 wait = lim.idle_poll if gate is None else min(gate - time.time(), lim.idle_poll)
-                await self._sleep(stop, wait, slot=True)
+                by_slots = bool(tenants) or self._claims.waits_for_slots(self._slots.outstanding)
+                await self._sleep(stop, wait, slot=by_slots)
             else:
                 # Not yet due when the claim read; it may be by now (a timer that fired
                 # a little early, a slow query): then claim again at once. Compared with
