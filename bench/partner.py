@@ -26,7 +26,9 @@ requests; the dead receiver's requests, split into the first wave (before the
 circuit opened: the attempts already in flight, at most
 ``delivery.max_per_destination``) and the probes after it, against the probes the
 cooldown schedule allows (``breaker_cooldown_seconds`` doubling up to
-``breaker_max_cooldown_seconds``) over the run.
+``breaker_max_cooldown_seconds``) over the run; and what sending at the partner's pace
+costs: the CPU of ``herald run`` and its attempt processes over the run, as a share of
+one core.
 
 100,000 events at 50/s take 2,000 s (about 34 minutes with the start): ``--events``
 makes it shorter; ``--quick`` is 500 events.
@@ -50,6 +52,7 @@ from typing import Any
 from aiohttp import web
 from tests.support.receiverauth import OAuthClient, TestCA, TokenServer
 
+from bench import cpu
 from bench.common import (
     EVENT_TYPE,
     BenchError,
@@ -288,8 +291,11 @@ def run(args: argparse.Namespace) -> int:
             child = herald.start()
             began = time.monotonic()
             last = began
+            meter = cpu.CpuMeter({"herald": cpu.tree(child.pid)})
+            meter.start()
             try:
                 while len(srv.partner.ids) < events:
+                    meter.sample()
                     if not child.alive():
                         raise BenchError(f"herald run exited:\n{child.log_tail()}")
                     deadline.check(f"{len(srv.partner.ids):,}/{events:,} accepted")
@@ -301,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
                         )
                     time.sleep(0.2)
                 ended = time.monotonic()
+                herald_cpu = meter.stop()["herald"]
             finally:
                 herald.stop(child)
         partner, dead = srv.partner, srv.dead
@@ -325,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         "rate_limit_per_second": rate,
         "partner_jitter_ms": jitter * 1000,
         "seconds": round(ended - began, 1),
+        "herald_cpu_share_of_a_core": round(herald_cpu / (ended - began), 3),
         "partner": {
             "accepted": len(accepted),
             "per_second": round(achieved, 2),
@@ -353,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
                 ("dead: first wave", str(len(wave))),
                 ("dead: probes (schedule allows)", f"{probes} ({allowed})"),
                 ("run", f"{ended - began:,.0f} s"),
+                (
+                    "herald run's CPU (with its attempt processes)",
+                    f"{herald_cpu / (ended - began):.1%} of a core",
+                ),
             ],
         )
     )
