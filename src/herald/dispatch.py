@@ -226,6 +226,8 @@ class Dispatcher:
                 continue
             want = min(free, lim.claim_batch)
             saturated = self._claims.saturated(self._slots.outstanding)
+            if self._held.suspecting:  # their circuits may be opening (herald.flow.Held)
+                saturated += [d for d in self._held.suspects if d not in saturated]
             tenants = self._claims.saturated_tenants(self._slots.tenant_load)
             # Claims are transactional: a failed one leased nothing, so it is retried
             # as it is (a retry only ever asks for less than there is room for). The

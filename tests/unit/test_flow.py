@@ -222,7 +222,10 @@ def test_held_keeps_back_what_was_claimed_before_the_failures_reached_the_thresh
     held.ended("d", "att1", False, T0 + 1)
     assert held.may_begin("a", "d")  # one failure: not yet
     held.ended("d", "att2", False, T0 + 2)
+    assert held.suspects == ["d"]  # claims leave it out
     assert not held.may_begin("b", "d")  # suspect: its record is not written yet
+    held.claimed("late", T0 + 2.1)
+    assert not held.may_begin("late", "d")  # claimed since, held all the same
     # Written, and the circuit opened: only what is claimed after that begins (a probe).
     held.claimed("c", T0 + 2.5)
     held.opened("d", T0 + 3)
