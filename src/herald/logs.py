@@ -11,6 +11,7 @@ too. Times are ISO 8601 UTC everywhere, including fields such as ``next_attempt_
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -139,7 +140,11 @@ def configure(
         if issubclass(kind, KeyboardInterrupt):
             sys.__excepthook__(kind, exc, tb)
             return
-        log.critical("uncaught_exception", exc_info=(kind, exc, tb))
+        try:
+            log.critical("uncaught_exception", exc_info=(kind, exc, tb))
+        except Exception:  # the log's stream is gone (a process at exit, a closed pipe)
+            with contextlib.suppress(Exception):
+                sys.__excepthook__(kind, exc, tb)
 
     def uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         if args.exc_value is None or isinstance(args.exc_value, SystemExit):

@@ -131,6 +131,23 @@ def test_instants_are_iso_utc_not_epoch_floats() -> None:
     assert (record["attempt"], record["retry_in"], record["seen_at"]) == (2, 0.5, None)
 
 
+def test_an_uncaught_exception_at_exit_with_the_log_closed_prints_no_hook_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A process at exit whose log stream is gone: the hook falls back to Python's own,
+    never "Error in sys.excepthook" on top of the exception."""
+    out = io.StringIO()
+    logs.configure(level="info", fmt="json", stream=out)
+    out.close()
+    try:
+        raise ValueError("at exit")
+    except ValueError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    err = capsys.readouterr().err
+    assert "ValueError: at exit" in err
+    assert "Error in sys.excepthook" not in err
+
+
 def test_an_uncaught_exception_is_one_json_line() -> None:
     out = io.StringIO()
     logs.configure(level="info", fmt="json", stream=out)
