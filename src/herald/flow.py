@@ -176,8 +176,8 @@ class Held:
         """Held deliveries of breaker destinations not yet begun: when claimed."""
         self._count: dict[str, int] = {}
         """Consecutive failed attempts per destination, as this process saw them end."""
-        self._suspect: dict[str, tuple[str, float]] = {}
-        """Destination → (the attempt that made it suspect, when)."""
+        self._suspect: dict[str, str] = {}
+        """Destination → the attempt that made it suspect (settled once it is written)."""
         self._opened: dict[str, float] = {}
         """Destination → when this process's recorder saw its circuit open."""
 
@@ -202,7 +202,7 @@ class Held:
             return
         n = self._count[destination_id] = self._count.get(destination_id, 0) + 1
         if n >= self._failures and destination_id not in self._opened:
-            self._suspect[destination_id] = (attempt_id, now)
+            self._suspect[destination_id] = attempt_id
 
     @property
     def suspecting(self) -> bool:
@@ -217,7 +217,7 @@ class Held:
     def written(self, attempt_ids: set[str]) -> list[str]:
         """The recorder wrote these attempts (and applied what they signal): the
         destinations whose suspicion is settled by now (their circuit opened, or not)."""
-        settled = [d for d, (a, _) in self._suspect.items() if a in attempt_ids]
+        settled = [d for d, a in self._suspect.items() if a in attempt_ids]
         for d in settled:
             del self._suspect[d]
         return settled
