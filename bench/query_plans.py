@@ -560,7 +560,13 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
 # A call that sends more than one statement on herald_deliveries, and how to tell the
 # one measured: a replay's dry run sends its count and its sample (at once, on
 # PostgreSQL's pool, so in either order).
-_ONE_OF_SEVERAL = {"count_deliveries": "COUNT("}
+# A claim reads the flow lanes' heads first (``flow_due``, herald_flow whole and a probe
+# of herald_deliveries_flow each), then the common lane: the statement with the LIMIT.
+_ONE_OF_SEVERAL = {
+    "count_deliveries": "COUNT(",
+    "claim_due": "LIMIT",
+    "claim_due_excluding": "LIMIT",
+}
 _TABLE = {"list_events": "herald_events"}
 """The table a call's measured statement reads, when not ``herald_deliveries``."""
 

@@ -146,13 +146,16 @@ class Claims:
             due_since=None if floor is None else floor.due_since,
             gates=self.gates,
         )
+        # The floor is learnt from the common lane alone: the flow lanes are read per
+        # destination, not in due order (herald.flow).
+        common = [d.due_at for d in due if not d.flow_lane]
         if (not excluded and not skipped) or rescans != self._rescans:
             # (Asked for a rescan while the claim ran: its snapshot may predate what
             # became due, older than anything it took.)
             self._floor = None
-        elif due:
+        elif common:
             until = time.monotonic() + DUE_FLOOR_SECONDS if floor is None else floor.until
-            self._floor = _Floor(min(d.due_at for d in due), excluded, skipped, until)
+            self._floor = _Floor(min(common), excluded, skipped, until)
         else:
             self._floor = floor
         return due

@@ -88,21 +88,24 @@ def gate(flow: Flow) -> float:
     return until
 
 
-def admit(flow: Flow, wanted: int, now: float, *, probe_timeout: float) -> int:
-    """How many of ``wanted`` claimed event deliveries (oldest first) the claim keeps:
-    none while the circuit is open and not yet due a probe, one (the probe) when it is
-    due, and never more than the rate has tokens for. Spends the tokens, marks the
-    probe out (``half_open``, another allowed after ``probe_timeout``) and sets the
-    gate."""
-    n = wanted
-    probing = False
+def allowance(flow: Flow, now: float) -> int:
+    """How many event deliveries the destination may begin at ``now``: none while the
+    circuit is open and not yet due a probe, one (the probe) when it is due, and never
+    more than the rate has tokens for (unlimited: a large number)."""
+    n = tokens(flow, now)
     if flow.breaker and flow.circuit != CLOSED:
         if flow.next_probe_at is not None and now < flow.next_probe_at:
-            n = 0
-        else:
-            n = min(n, 1)
-            probing = True
-    n = min(n, tokens(flow, now))
+            return 0
+        return min(n, 1)
+    return n
+
+
+def admit(flow: Flow, wanted: int, now: float, *, probe_timeout: float) -> int:
+    """How many of ``wanted`` claimed event deliveries (oldest first) the claim keeps:
+    as many as its :func:`allowance`. Spends the tokens, marks the probe out
+    (``half_open``, another allowed after ``probe_timeout``) and sets the gate."""
+    n = min(wanted, allowance(flow, now))
+    probing = bool(flow.breaker) and flow.circuit != CLOSED
     if n > 0 and flow.rate is not None:
         flow.tat = max(flow.tat, now) + n / flow.rate
     if probing and n > 0:

@@ -380,6 +380,9 @@ class DueDelivery:
     still ``owner``'s."""
     owner: str | None = None
     """Who leased it (this instance's id), for that check."""
+    flow_lane: bool = False
+    """Claimed from its destination's flow lane (herald.flow): not in due order with
+    the others (see ``herald.claims``)."""
 
 
 @dataclass(frozen=True, slots=True)

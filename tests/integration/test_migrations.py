@@ -95,6 +95,8 @@ async def database_at(
         with monkeypatch.context() as m:  # the migrations it knows, while it opens
             m.setattr(module, "migrations", lambda: [s for s in shipped if s[0] <= version])
             store = make()
+            if version < 20:
+                unflowed(store)
             if version < 19:
                 unordered(store)
             if version < 16:
@@ -126,6 +128,30 @@ async def database_at(
             db.close()
         if backend == "postgres":
             await drop_postgres_database(url)
+
+
+def unflowed(store: Store) -> None:
+    """Make ``store`` a Herald before 0020: its deliveries are stored without a lane
+    (``flow``, the 14th value of each row, left out)."""
+    dialect = store.dialect
+    queries = dialect._q
+    dialect._q = {
+        **queries,
+        "insert_deliveries": queries["insert_deliveries"]
+        .replace(", order_seq, flow", ", order_seq")
+        .replace(", ?13, ?14", ", ?13")
+        .replace(", $13::int8[], $14::int[]", ", $13::int8[]"),
+        "destination_statuses": queries["destination_statuses"].replace(
+            "EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_destinations.id)",
+            "0",
+        ),
+    }
+    inner = dialect.insert_many
+
+    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        await inner(conn, name, [r[:13] for r in rows] if name == "insert_deliveries" else rows)
+
+    dialect.insert_many = insert_many
 
 
 def unordered(store: Store) -> None:
@@ -436,5 +462,63 @@ async def test_operational_events_keep_every_row_of_a_schema_9_database(
             assert db.execute("SELECT about_destination FROM herald_outbox") == [(None,)]
             _, count = await store.relay(100, ingest)
             assert count == 1
+        finally:
+            await store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_flow_lane_takes_the_pending_deliveries_of_a_schema_19_database(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0020 (the flow lane) puts the pending event deliveries of a destination under flow
+    control in its lane: every row stays as it was, and the claim gives that backlog out
+    at its rate while the other destination's comes out whole."""
+    async with database_at(19, backend, tmp_path, monkeypatch) as (db, older, make):
+        now = time.time()
+        paced = replace(destination(), tenant_id="acme", rate_limit_per_second=1.0)
+        free = replace(destination(), tenant_id="acme")
+        events = [
+            Event(f"evt_f{i}", "acme", "a.b", "2026-11-22T10:00:00Z", now, b"{}") for i in range(5)
+        ]
+        async with older() as old:
+            await old.create_destination(paced, verification=None)
+            await old.create_destination(free, verification=None)
+            await old.insert_deliveries(
+                events,
+                [
+                    NewDelivery(
+                        new_id("dlv_"),
+                        "acme",
+                        e.id,
+                        e.type,
+                        d.id,
+                        DeliveryKind.EVENT,
+                        3,
+                        now - 1,
+                        False,
+                        now,
+                    )
+                    for e in events
+                    for d in (paced, free)
+                ],
+            )
+        before, widths = snapshot(db), widths_of(db)
+        store = make()
+        await store.open()
+        try:
+            assert snapshot(db, widths=widths) == before
+            lanes = db.execute(
+                "SELECT destination_id, flow, COUNT(*) FROM herald_deliveries"
+                " GROUP BY destination_id, flow ORDER BY flow"
+            )
+            assert [tuple(r) for r in lanes] == [(free.id, 0, 5), (paced.id, 1, 5)]
+            due = await store.claim_due(
+                now=time.time(), limit=100, owner="me", lease_until=time.time() + 60
+            )
+            taken = [d.destination_id for d in due]
+            # 1/s: the bucket's one token (its tolerance is a second's worth: one).
+            assert taken.count(free.id) == 5
+            assert taken.count(paced.id) == 1, taken
+            assert [d.flow_lane for d in due if d.destination_id == paced.id] == [True]
         finally:
             await store.close()

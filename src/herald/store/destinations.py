@@ -113,6 +113,8 @@ class DestinationStore(StorePart):
             if rate is None and not breaker:
                 return
             flow = Flow(dest.id)
+            # Under flow control from now on (for good: the row stays), in its lane.
+            await self.dialect.execute(c, "flow_lane", dest.id)
         elif flow.rate == rate and flow.breaker == breaker:
             return
         configured(flow, rate, breaker, dest.updated_at)

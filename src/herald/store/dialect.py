@@ -97,7 +97,14 @@ class Dialect(Protocol):
     async def claim(self, conn: Conn, want: Claim) -> list[Row]:
         """Lease due deliveries: rows (id, destination_id, kind, attempt_count,
         max_attempts, tenant_id, event_id, when it was due, whether its destination is
-        under flow control)."""
+        under flow control, ordering key) of the common lane (``flow = 0``)."""
+
+    async def claim_flow(
+        self, conn: Conn, want: Claim, takes: Sequence[tuple[str, int]]
+    ) -> list[Row]:
+        """Lease due deliveries of the flow lane (``flow = 1``): of each destination of
+        ``takes``, its oldest due by ``want.now``, at most as many as given; none of
+        ``want.exclude_tenants``. Rows as :meth:`claim`'s."""
 
     async def lock_for_attempts(
         self, conn: Conn, every: Sequence[str], must: Sequence[str]

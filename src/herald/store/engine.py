@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import orjson
 
 from herald.errors import Conflict, StorageError
-from herald.flow import CLOSED, BreakerSettings, admit
+from herald.flow import CLOSED, BreakerSettings, admit, allowance
 from herald.model import (
     AttemptRecord,
     DeliveryKind,
@@ -35,7 +35,13 @@ from herald.store.base import STALE_CATALOG, RelayProcessor
 from herald.store.counters import count_attempts
 from herald.store.dialect import Claim, Conn, Row
 from herald.store.part import StorePart
-from herald.store.rows import attempt_to_row, event_from_row, instance_from_row, instance_to_row
+from herald.store.rows import (
+    attempt_to_row,
+    event_from_row,
+    flow_from_row,
+    instance_from_row,
+    instance_to_row,
+)
 
 
 class EngineStore(StorePart):
@@ -172,7 +178,12 @@ class EngineStore(StorePart):
             want = Claim(
                 now, limit, owner, lease_until, exclude_destinations, due_since, exclude_tenants
             )
-            claimed = await d.claim(c, want)
+            # The flow lanes first, as far as their gates let (a few each): a common
+            # backlog must not starve a rate that the receiver allows.
+            lanes = await self._claim_lanes(c, want, gates)
+            claimed = lanes
+            if len(lanes) < limit:
+                claimed = lanes + await d.claim(c, want._replace(limit=limit - len(lanes)))
             if claimed:
                 claimed = await self._flow(c, claimed, want, gates)
             if not claimed:
@@ -196,9 +207,35 @@ class EngineStore(StorePart):
                 r[7],
                 ordering_key=r[9],
                 owner=None if r[9] is None else owner,
+                flow_lane=i < len(lanes),
             )
-            for r in claimed
+            for i, r in enumerate(claimed)
         ]
+
+    async def _claim_lanes(self, c: Conn, want: Claim, gates: dict[str, float] | None) -> list[Row]:
+        """Inside the claim's transaction: lease from the flow lane of each destination
+        under flow control (``flow = 1``, herald_deliveries_flow) what its gate lets
+        begin now (``herald.flow.allowance``, as committed; :meth:`_flow` admits them
+        under the row's lock), up to ``want.limit``; none of ``want.exclude``. A shut
+        gate costs an index probe, never a read of the backlog behind it."""
+        takes: list[tuple[str, int]] = []
+        room = want.limit
+        skipped = set(want.exclude)
+        for flow in map(flow_from_row, await self.dialect.fetch(c, "flow_due", want.now)):
+            dest_id = flow.destination_id
+            if dest_id in skipped:
+                continue
+            n = min(allowance(flow, want.now), room)
+            if n > 0:
+                takes.append((dest_id, n))
+                room -= n
+                if not room:
+                    break
+            elif gates is not None:
+                gates[dest_id] = flow.gate_until
+        if not takes:
+            return []
+        return await self.dialect.claim_flow(c, want, takes)
 
     async def _flow(
         self, c: Conn, claimed: list[Row], want: Claim, gates: dict[str, float] | None

@@ -71,6 +71,7 @@ class StorePart:
         # The committed ordering, as the status: a catalog a moment old must not order
         # deliveries for a destination no longer ordered (none would release them).
         keyed = {r[0] for r in found if r[2] == "key"}
+        flowed = {r[0] for r in found if r[3]}
         ordered = await self._order(
             c,
             [
@@ -81,7 +82,7 @@ class StorePart:
                 and d.destination_id in keyed
             ],
         )
-        values, leased = new_delivery_rows(rows, statuses, now, ordered)
+        values, leased = new_delivery_rows(rows, statuses, now, ordered, flowed)
         await self.dialect.insert_many(c, "insert_deliveries", values)
         for d in rows:  # the plan says what was stored (herald.handover reads it)
             order = ordered.get(d.id)

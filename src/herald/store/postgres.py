@@ -281,6 +281,21 @@ class PostgresDialect(NamedQueries):
             )
         )
 
+    async def claim_flow(
+        self, conn: asyncpg.Connection, want: Claim, takes: Sequence[tuple[str, int]]
+    ) -> list[Row]:
+        # One statement, a lateral probe of herald_deliveries_flow per destination.
+        return await self.fetch(
+            conn,
+            "claim_flow",
+            want.owner,
+            want.lease_until,
+            [d for d, _ in takes],
+            want.now,
+            [n for _, n in takes],
+            list(want.exclude_tenants),
+        )
+
     async def lock_for_attempts(
         self, conn: asyncpg.Connection, every: Sequence[str], must: Sequence[str]
     ) -> list[Row]:

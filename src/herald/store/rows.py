@@ -5,7 +5,7 @@ and insert in; tests/unit/test_queries.py holds the two together."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -54,7 +54,7 @@ EVENT_COLUMNS = "id, tenant_id, type, created_at, created_ts, data, traceparent,
 
 NEW_DELIVERY_COLUMNS = (
     "id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,"
-    " next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq"
+    " next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq, flow"
 )
 """The order of :func:`new_delivery_rows`' tuples (``status`` is ``pending``,
 ``attempt_count`` 0 and ``updated_at`` = ``created_at`` on insert)."""
@@ -65,6 +65,7 @@ def new_delivery_rows(
     statuses: dict[str, str],
     now: float,
     ordered: Mapping[str, tuple[int, bool]] | None = None,
+    flowed: Collection[str] = (),
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows to insert for ``rows`` given the destinations' committed ``statuses``
     (id → status, deleted ones absent), and the ids stored leased.
@@ -79,7 +80,11 @@ def new_delivery_rows(
 
     ``ordered``: delivery id -> (``order_seq``, waits) of those that keep their ordering
     key (herald.ordering); one that waits behind its key's head is stored
-    ``held = WAITING``, never leased. The others are stored without a key."""
+    ``held = WAITING``, never leased. The others are stored without a key.
+
+    ``flowed``: the destinations under flow control (herald.flow), whose event
+    deliveries are stored in the flow lane (``flow = 1``: claimed per destination, as
+    far as its gate lets)."""
     ordered = ordered or {}
     values: list[tuple[Any, ...]] = []
     leased: list[str] = []
@@ -94,8 +99,9 @@ def new_delivery_rows(
             owner, next_at, held_as = None, now, WAITING
         else:
             held_as = int(held)
+        lane = int(d.kind is DeliveryKind.EVENT and d.destination_id in flowed)
         if owner is not None:
-            if held:
+            if held or lane:  # (a catalog a moment old planned it before the flow)
                 owner, next_at = None, now
             else:
                 leased.append(d.id)
@@ -114,6 +120,7 @@ def new_delivery_rows(
                 owner,
                 None if order is None else d.ordering_key,
                 None if order is None else order[0],
+                lane,
             )
         )
     return values, leased

@@ -369,7 +369,23 @@ class SQLiteDialect(NamedQueries):
         # Selected, then leased: RETURNING would give the new next_attempt_at, and the
         # caller wants when each was due. The write lock keeps the two together.
         sql = self._q["claim_select"].replace("{where}", where)
-        claimed = await self._rows(conn, sql, (*params, want.now, want.limit))
+        claimed = await self._rows(conn, sql, (*params, want.limit))
+        if claimed:
+            ids = [r[0] for r in claimed]
+            await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)
+        return claimed
+
+    async def claim_flow(
+        self, conn: aiosqlite.Connection, want: Claim, takes: Sequence[tuple[str, int]]
+    ) -> list[Row]:
+        # One index probe per destination (herald_deliveries_flow), then one lease.
+        where = ""
+        if want.exclude_tenants:
+            where = f" AND tenant_id NOT IN ({','.join('?' * len(want.exclude_tenants))})"
+        sql = self._q["claim_flow_select"].replace("{where}", where)
+        claimed: list[Row] = []
+        for dest_id, n in takes:
+            claimed += await self._rows(conn, sql, (want.now, dest_id, n, *want.exclude_tenants))
         if claimed:
             ids = [r[0] for r in claimed]
             await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)

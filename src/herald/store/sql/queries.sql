@@ -50,6 +50,16 @@ ON CONFLICT (destination_id) DO UPDATE SET rate = excluded.rate, breaker = exclu
   next_probe_at = excluded.next_probe_at, cooldown = excluded.cooldown,
   gate_until = excluded.gate_until
 
+-- flow_due --
+-- The destinations under flow control with a delivery due in their lane by $1, and
+-- their flow state as committed (unlocked: how many a claim asks for; herald.flow
+-- admits them under the row's lock): one probe of herald_deliveries_flow each
+SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
+  gate_until
+FROM herald_flow f WHERE EXISTS (SELECT 1 FROM herald_deliveries d
+  WHERE d.destination_id = f.destination_id AND d.status = 'pending' AND d.held = 0
+  AND d.flow = 1 AND d.next_attempt_at <= $1)
+
 -- unclaim --
 -- A claimed delivery the flow keeps waiting: due again when it was, as if never claimed
 UPDATE herald_deliveries SET lease_owner = NULL, next_attempt_at = $1
@@ -95,8 +105,20 @@ SELECT COUNT(*) FROM herald_destinations WHERE failing_since IS NOT NULL AND del
 UPDATE herald_deliveries SET held = $1 WHERE destination_id = $2
   AND status = 'pending' AND kind = 'event' AND held = $3
 
+-- flow_lane --
+-- A destination comes under flow control: its pending event deliveries go in the flow
+-- lane (herald_deliveries_flow), claimed as its gate lets
+UPDATE herald_deliveries SET flow = 1 WHERE destination_id = $1
+  AND status = 'pending' AND kind = 'event' AND flow = 0
+
 -- next_due_at --
-SELECT MIN(next_attempt_at) FROM herald_deliveries WHERE status = 'pending' AND held = 0
+-- The first of each lane (flow: herald.flow), each the head of its range of the index
+SELECT MIN(due) FROM (
+  SELECT MIN(next_attempt_at) AS due FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND flow = 0
+  UNION ALL
+  SELECT MIN(next_attempt_at) FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND flow = 1) lanes
 
 -- release_leases --
 UPDATE herald_deliveries SET next_attempt_at = $1, lease_owner = NULL
@@ -114,12 +136,12 @@ ORDER BY started_at, id
 DELETE FROM herald_instances WHERE id = $1
 
 -- delivery_counts --
--- Three range counts on the pending index: a GROUP BY on an expression took 0.8 s
--- at 1 M scheduled retries
+-- Three range counts on the pending index (two ranges each, one a lane): a GROUP BY
+-- on an expression took 0.8 s at 1 M scheduled retries
 SELECT (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $1),
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at <= $1),
   (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1),
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at > $1),
   (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1)
 
 -- tenant_destination_count --

@@ -61,18 +61,20 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 -- destination_statuses --
 -- FOR SHARE: an activation or a delete waits for this transaction (and then sees its
 -- deliveries), or went first and is what this reads
-SELECT id, status, ordering FROM herald_destinations
-WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id FOR SHARE
+-- (and whether it is under flow control: its event deliveries go in the flow lane)
+SELECT id, status, ordering,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_destinations.id)
+FROM herald_destinations WHERE id = ANY($1) AND deleted_at IS NULL ORDER BY id FOR SHARE
 
 -- insert_deliveries --
 INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id, kind,
-  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq,
+  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq, flow,
   status, attempt_count, updated_at)
 SELECT *, 'pending', 0, t.created_at FROM unnest($1::text[], $2::text[], $3::text[],
   $4::text[], $5::text[], $6::text[], $7::int[], $8::float8[], $9::int[], $10::float8[],
-  $11::text[], $12::text[], $13::int8[])
+  $11::text[], $12::text[], $13::int8[], $14::int[])
 AS t(id, tenant_id, event_id, event_type, destination_id, kind, max_attempts,
-  next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq)
+  next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq, flow)
 
 -- outbox_stats --
 -- '-infinity' is a timestamptz a producer can write: no epoch, no age
@@ -303,10 +305,10 @@ SELECT COUNT(*) FROM herald_deliveries WHERE lease_owner IS NOT NULL AND tenant_
 -- array (an InitPlan): a join's plan hangs on herald_destinations' statistics (240 ms
 -- at 1,000,000 deliveries before the table's first ANALYZE, 25 ms after)
 SELECT (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $1
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at <= $1
       AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $2))),
   (SELECT COUNT(*) FROM herald_deliveries
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at > $1
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at > $1
       AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $2))),
   (SELECT COUNT(*) FROM herald_deliveries WHERE status = 'pending' AND held >= 1
       AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $2)))
@@ -314,9 +316,15 @@ SELECT (SELECT COUNT(*) FROM herald_deliveries
 -- tenant_next_due_at --
 -- next_due_at for one tenant ($1): the pending index in due order, to the first row of
 -- one of its destinations (an array, as above)
-SELECT MIN(next_attempt_at) FROM herald_deliveries
-WHERE status = 'pending' AND held = 0
-  AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
+SELECT MIN(due) FROM (
+  SELECT MIN(next_attempt_at) AS due FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND flow = 0
+    AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
+  UNION ALL
+  SELECT MIN(next_attempt_at) FROM herald_deliveries
+  WHERE status = 'pending' AND held = 0 AND flow = 1
+    AND destination_id = ANY(ARRAY(SELECT id FROM herald_destinations WHERE tenant_id = $1))
+) lanes
 
 -- last_failed_attempt --
 -- The last attempt of destination $1's newest delivery that failed it: a walk of
@@ -369,23 +377,35 @@ SELECT pg_advisory_xact_lock(7236520173)
 SELECT 1 FROM herald_events WHERE id = $1 AND tenant_id = $2
 
 -- claim --
--- The subquery's next_attempt_at is the old one: when each was due. $4 and $6: the
--- destinations and the tenants skipped (saturated); {since}: the due_since bound ($7),
--- when given. Then whether the destination is under flow control, and the delivery's
+-- The common lane (flow = 0). The subquery's next_attempt_at is the old one: when each
+-- was due. $4 and $6: the destinations and the tenants skipped (saturated); {since}:
+-- the due_since bound ($7), when given. Then whether the destination is under flow
+-- control (it came under it since: herald.flow admits it), and the delivery's
 -- ordering key (of an ordered destination's: herald.ordering; only a key's head has
 -- held = 0, so the claim never reads a delivery waiting behind it)
 UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
 FROM (SELECT id, next_attempt_at FROM herald_deliveries
-  WHERE status = 'pending' AND held = 0 AND next_attempt_at <= $3{since}
+  WHERE status = 'pending' AND held = 0 AND flow = 0 AND next_attempt_at <= $3{since}
   AND NOT (destination_id = ANY($4::text[])) AND NOT (tenant_id = ANY($6::text[]))
-  AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
-    WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > $3))
   ORDER BY next_attempt_at LIMIT $5 FOR UPDATE SKIP LOCKED) s
 WHERE d.id = s.id
 RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
   d.event_id, s.next_attempt_at,
   EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id),
   d.ordering_key
+
+-- claim_flow --
+-- The flow lanes: of each destination in $3, its oldest due (by $4) as many as its
+-- gate lets ($5, the same order), none of the tenants skipped ($6)
+UPDATE herald_deliveries d SET lease_owner = $1, next_attempt_at = $2
+FROM (SELECT x.id, x.next_attempt_at FROM unnest($3::text[], $5::int[]) AS w(dest, n)
+  CROSS JOIN LATERAL (SELECT id, next_attempt_at FROM herald_deliveries
+    WHERE status = 'pending' AND held = 0 AND flow = 1 AND destination_id = w.dest
+    AND next_attempt_at <= $4 AND NOT (tenant_id = ANY($6::text[]))
+    ORDER BY next_attempt_at LIMIT w.n FOR UPDATE SKIP LOCKED) x) s
+WHERE d.id = s.id
+RETURNING d.id, d.destination_id, d.kind, d.attempt_count, d.max_attempts, d.tenant_id,
+  d.event_id, s.next_attempt_at, TRUE, d.ordering_key
 
 -- lock_for_record --
 -- The destinations whose signal state recording may change, with that state, locked in

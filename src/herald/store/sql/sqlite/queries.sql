@@ -43,13 +43,16 @@ INSERT INTO herald_events (id, tenant_id, type, data, created_at, created_ts, in
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 
 -- destination_statuses --
-SELECT id, status, ordering FROM herald_destinations WHERE deleted_at IS NULL AND id IN ({ids})
+-- (and whether it is under flow control: its event deliveries go in the flow lane)
+SELECT id, status, ordering,
+  EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_destinations.id)
+FROM herald_destinations WHERE deleted_at IS NULL AND id IN ({ids})
 
 -- insert_deliveries --
 INSERT INTO herald_deliveries (id, tenant_id, event_id, event_type, destination_id, kind,
-  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq,
+  max_attempts, next_attempt_at, held, created_at, lease_owner, ordering_key, order_seq, flow,
   status, attempt_count, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?10)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'pending', 0, ?10)
 
 -- outbox_stats --
 SELECT COUNT(*), (SELECT CAST(created_at AS BLOB) FROM herald_outbox ORDER BY seq LIMIT 1)
@@ -263,16 +266,20 @@ WHERE lease_owner IS NOT NULL AND tenant_id = ?1
 -- tenant_delivery_counts --
 -- delivery_counts for one tenant (?2), by its destinations on the pending index
 SELECT (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at <= ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
   (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
-    WHERE status = 'pending' AND held = 0 AND next_attempt_at > ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
+    WHERE status = 'pending' AND held = 0 AND flow IN (0, 1) AND next_attempt_at > ?1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2)),
   (SELECT COUNT(*) FROM herald_deliveries INDEXED BY herald_deliveries_pending
     WHERE status = 'pending' AND held >= 1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?2))
 
 -- tenant_next_due_at --
 -- next_due_at for one tenant (?1)
-SELECT MIN(next_attempt_at) FROM herald_deliveries INDEXED BY herald_deliveries_pending
-WHERE status = 'pending' AND held = 0 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?1)
+SELECT MIN(due) FROM (
+  SELECT MIN(next_attempt_at) AS due FROM herald_deliveries INDEXED BY herald_deliveries_pending
+  WHERE status = 'pending' AND held = 0 AND flow = 0 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?1)
+  UNION ALL
+  SELECT MIN(next_attempt_at) FROM herald_deliveries INDEXED BY herald_deliveries_pending
+  WHERE status = 'pending' AND held = 0 AND flow = 1 AND destination_id IN (SELECT id FROM herald_destinations WHERE tenant_id = ?1))
 
 -- last_failed_attempt --
 -- The last attempt of destination ?1's newest delivery that failed it: a walk of
@@ -322,17 +329,27 @@ SELECT 1 FROM herald_outbox LIMIT 1
 
 -- claim_select --
 -- Plain ? in order: {where} adds a due_since bound, excluded destinations and excluded
--- tenants per call; then now again, for the flow gates (herald.flow). The last column:
--- whether the destination is under flow control, then the delivery's ordering key (of
--- an ordered destination's: herald.ordering; only a key's head has held = 0)
+-- tenants per call. The common lane (flow = 0); the last columns: whether the
+-- destination is under flow control (it came under it since: herald.flow admits it),
+-- then the delivery's ordering key (of an ordered destination's: herald.ordering; only
+-- a key's head has held = 0)
 SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
   next_attempt_at,
   EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_deliveries.destination_id),
   ordering_key
-FROM herald_deliveries WHERE status = 'pending' AND held = 0 AND next_attempt_at <= ?{where}
-  AND (kind <> 'event' OR NOT EXISTS (SELECT 1 FROM herald_flow f
-    WHERE f.destination_id = herald_deliveries.destination_id AND f.gate_until > ?))
+FROM herald_deliveries
+WHERE status = 'pending' AND held = 0 AND flow = 0 AND next_attempt_at <= ?{where}
 ORDER BY next_attempt_at LIMIT ?
+
+-- claim_flow_select --
+-- The flow lane of one destination (?2), its oldest due first, as many as its gate
+-- lets (?3); ?4 and on: excluded tenants ({where})
+SELECT id, destination_id, kind, attempt_count, max_attempts, tenant_id, event_id,
+  next_attempt_at, 1, ordering_key
+FROM herald_deliveries INDEXED BY herald_deliveries_flow
+WHERE status = 'pending' AND held = 0 AND flow = 1 AND destination_id = ?2
+  AND next_attempt_at <= ?1{where}
+ORDER BY next_attempt_at LIMIT ?3
 
 -- claim_lease --
 UPDATE herald_deliveries SET lease_owner = ?1, next_attempt_at = ?2 WHERE id IN ({ids})
