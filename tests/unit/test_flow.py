@@ -21,6 +21,7 @@ from herald.flow import (
     admit,
     configured,
     gate,
+    gate_tokens,
     tokens,
 )
 from herald.model import (
@@ -51,8 +52,22 @@ def test_a_full_bucket_gives_one_seconds_worth_then_one_token_per_interval() -> 
     assert take(flow, 100, T0) == 20
     assert take(flow, 100, T0) == 0
     assert gate(flow) > T0
-    assert take(flow, 100, gate(flow)) == 1
+    assert take(flow, 100, gate(flow)) == gate_tokens(20) == 2
     assert take(flow, 100, T0 + 10) == 20  # never more than the bucket holds
+
+
+@pytest.mark.parametrize(("rate", "tokens_at_gate"), [(0.5, 1), (5, 1), (50, 5), (1000, 100)])
+def test_an_empty_buckets_gate_opens_on_a_tenth_of_a_seconds_worth(
+    rate: float, tokens_at_gate: int
+) -> None:
+    """Claims meet a backlogged destination a few times a second, not once a token."""
+    flow = Flow("d", rate=rate)
+    while take(flow, 1000, T0):
+        pass
+    opens = gate(flow)
+    assert opens > T0
+    assert tokens(flow, opens - 1e-3) < tokens_at_gate
+    assert take(flow, 1000, opens) == tokens_at_gate
 
 
 def test_a_rate_below_one_still_lets_one_start() -> None:
