@@ -130,6 +130,19 @@ async def database_at(
             await drop_postgres_database(url)
 
 
+def trim_rows(store: Store, method: str, widths: dict[str, int]) -> None:
+    """Make ``store``'s dialect send only the first ``widths[name]`` values of each row
+    it writes with ``method`` (``insert_many``, ``executemany``) for statement ``name``:
+    the columns an older Herald did not have."""
+    inner = getattr(store.dialect, method)
+
+    async def send(conn: Any, name: str, rows: Iterable[Sequence[Any]]) -> None:
+        width = widths.get(name)
+        await inner(conn, name, rows if width is None else [tuple(r)[:width] for r in rows])
+
+    setattr(store.dialect, method, send)
+
+
 def unflowed(store: Store) -> None:
     """Make ``store`` a Herald before 0020: its deliveries are stored without a lane
     (``flow``, the 14th value of each row, left out)."""
@@ -146,12 +159,7 @@ def unflowed(store: Store) -> None:
             "0",
         ),
     }
-    inner = dialect.insert_many
-
-    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        await inner(conn, name, [r[:13] for r in rows] if name == "insert_deliveries" else rows)
-
-    dialect.insert_many = insert_many
+    trim_rows(store, "insert_many", {"insert_deliveries": 13})
 
 
 def unordered(store: Store) -> None:
@@ -182,13 +190,7 @@ def unordered(store: Store) -> None:
             "($7::text IS NULL OR $7::text IS NOT NULL)",
         ),
     }
-    trim = {"insert_events": 8, "insert_deliveries": 11}
-    inner = dialect.insert_many
-
-    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        await inner(conn, name, [r[: trim[name]] for r in rows] if name in trim else rows)
-
-    dialect.insert_many = insert_many
+    trim_rows(store, "insert_many", {"insert_events": 8, "insert_deliveries": 11})
 
 
 def untraced(store: Store) -> None:
@@ -206,12 +208,7 @@ def untraced(store: Store) -> None:
         .replace(", ?8)", ")")
         .replace(", $8::text[])", ")"),
     }
-    inner = dialect.insert_many
-
-    async def insert_many(conn: Any, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        await inner(conn, name, [r[:7] for r in rows] if name == "insert_events" else rows)
-
-    dialect.insert_many = insert_many
+    trim_rows(store, "insert_many", {"insert_events": 7})
 
 
 def unrecorded(store: Store) -> None:
@@ -226,12 +223,7 @@ def unrecorded(store: Store) -> None:
         .replace(", ?10)", ")")
         .replace(", $10)", ")"),
     }
-    inner = dialect.executemany
-
-    async def executemany(conn: Any, name: str, rows: Iterable[Sequence[Any]]) -> None:
-        await inner(conn, name, [r[:9] for r in rows] if name == "insert_attempts" else rows)
-
-    dialect.executemany = executemany
+    trim_rows(store, "executemany", {"insert_attempts": 9})
 
 
 def ingest(rows: list[OutboxRow], existing: set[tuple[str, str]]) -> RelayPlan:
