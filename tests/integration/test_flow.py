@@ -70,6 +70,37 @@ async def test_the_claim_takes_one_seconds_worth_then_one_token_at_a_time(harnes
     assert len(await claim(h, now + 0.6 + 1e-3, owner="a")) == 5
 
 
+async def test_the_lanes_come_first_and_a_shut_gate_keeps_its_backlog_out_of_the_claim(
+    harness: Harness,
+) -> None:
+    """A destination that comes under flow control takes its pending deliveries into its
+    lane; a claim serves the lanes first (a common backlog must not starve a rate), then
+    the common lane, and gives a gated backlog nothing."""
+    h = harness
+    paced = await h.add_webhook("http://127.0.0.1:9/hook", events=["flow.*"])
+    free = await h.add_webhook("http://127.0.0.1:9/free", events=["flow.*"])
+    await h.catalog.refresh()
+    h.produce_many("flow.x", [{"n": i} for i in range(6)])
+    assert await h.relay.run_once() >= 6
+    lane = "SELECT COUNT(*) FROM herald_deliveries WHERE destination_id = ? AND flow = 1"
+    assert h.scalar(lane, (paced.id,)) == 0
+    await h.service.update("default", paced.id, {"rate_limit_per_second": 2})
+    assert h.scalar(lane, (paced.id,)) == 6
+    assert h.scalar(lane, (free.id,)) == 0
+    now = time.time()
+    gates: dict[str, float] = {}
+    # A batch of 3: the two tokens of the paced one first, then the oldest free one.
+    first = await h.store.claim_due(now=now, limit=3, owner="a", lease_until=now + 60, gates=gates)
+    assert sorted(d.destination_id == paced.id for d in first) == [False, True, True]
+    assert [d.flow_lane for d in first if d.destination_id == paced.id] == [True, True]
+    assert gates[paced.id] > now
+    # Its gate shut: the rest of the free backlog, and none of the paced one.
+    rest = await claim(h, now)
+    assert [d.destination_id for d in rest] == [free.id] * 5
+    assert await claim(h, now) == []
+    assert len(await claim(h, gates[paced.id] + 1e-3)) == 1
+
+
 async def test_a_verification_ping_passes_the_rate(harness: Harness) -> None:
     h = harness
     created = await h.service.create("default", webhook(rate_limit_per_second=1))
