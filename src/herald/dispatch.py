@@ -353,7 +353,7 @@ class Dispatcher:
                 record, type_id = outcome
                 if item.kind is not DeliveryKind.VERIFICATION and self._breaker(item):
                     ok = record.attempt.outcome is Outcome.SUCCESS
-                    self._held.ended(item.destination_id, record.attempt.id, ok, time.time())
+                    self._held.ended(item.destination_id, record.attempt.id, ok)
                 self._recording.add(item.id)
                 self.recorder.add(record)
                 self._on_attempt(type_id, record, item)

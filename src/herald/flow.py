@@ -215,7 +215,7 @@ class Held:
         opened = self._opened.get(destination_id)
         return opened is None or claimed_at > opened
 
-    def ended(self, destination_id: str, attempt_id: str, ok: bool, now: float) -> None:
+    def ended(self, destination_id: str, attempt_id: str, ok: bool) -> None:
         """An attempt of a breaker destination's event delivery (or test ping) ended."""
         if ok:
             self._count.pop(destination_id, None)

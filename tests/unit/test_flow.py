@@ -234,9 +234,9 @@ def test_held_keeps_back_what_was_claimed_before_the_failures_reached_the_thresh
     held = Held(failures=2)
     held.claimed("a", T0)
     held.claimed("b", T0)
-    held.ended("d", "att1", False, T0 + 1)
+    held.ended("d", "att1", False)
     assert held.may_begin("a", "d")  # one failure: not yet
-    held.ended("d", "att2", False, T0 + 2)
+    held.ended("d", "att2", False)
     assert held.suspects == ["d"]  # claims leave it out
     assert not held.may_begin("b", "d")  # suspect: its record is not written yet
     held.claimed("late", T0 + 2.1)
@@ -255,13 +255,13 @@ def test_held_keeps_back_what_was_claimed_before_the_failures_reached_the_thresh
 
 def test_held_lets_everything_go_when_the_circuit_did_not_open_after_all() -> None:
     held = Held(failures=1)
-    held.ended("d", "att1", False, T0)
+    held.ended("d", "att1", False)
     held.claimed("a", T0 - 1)
     assert held.written({"att1"}) == ["d"]  # recorded, no circuit_opened came
     assert held.may_begin("a", "d")
     assert held.may_begin("not-a-breaker-delivery", "x")
-    held.ended("d", "att2", True, T0 + 1)  # a success resets the count
-    held.ended("d", "att3", False, T0 + 2)
+    held.ended("d", "att2", True)  # a success resets the count
+    held.ended("d", "att3", False)
     held.claimed("b", T0 + 1.5)
     assert not held.may_begin("b", "d")
 
