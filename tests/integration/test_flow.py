@@ -101,6 +101,27 @@ async def test_the_lanes_come_first_and_a_shut_gate_keeps_its_backlog_out_of_the
     assert len(await claim(h, gates[paced.id] + 1e-3)) == 1
 
 
+async def test_a_finished_delivery_requeued_goes_in_the_lane_its_destination_has_now(
+    harness: Harness,
+) -> None:
+    h = harness
+    dest = await h.add_webhook("http://127.0.0.1:9/hook", events=["flow.*"])
+    await h.catalog.refresh()
+    h.produce_many("flow.x", [{"n": 1}])
+    assert await h.relay.run_once() >= 1
+    with h.sql() as db:
+        db.execute(
+            "UPDATE herald_deliveries SET status = 'failure' WHERE destination_id = ?", (dest.id,)
+        )
+    (dlv,) = h.rows("SELECT id, flow FROM herald_deliveries WHERE destination_id = ?", (dest.id,))
+    assert dlv[1] == 0
+    await h.service.update("default", dest.id, {"circuit_breaker": True})
+    assert await h.store.requeue([dlv[0]], now=time.time()) == 1
+    assert h.rows("SELECT status, flow FROM herald_deliveries WHERE id = ?", (dlv[0],)) == [
+        ("pending", 1)
+    ]
+
+
 async def test_a_verification_ping_passes_the_rate(harness: Harness) -> None:
     h = harness
     created = await h.service.create("default", webhook(rate_limit_per_second=1))

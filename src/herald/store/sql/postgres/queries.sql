@@ -197,6 +197,8 @@ WHERE d.event_id = $2 AND d.tenant_id = $1 ORDER BY d.id DESC LIMIT $3
 -- requeue --
 -- A pending one keeps its place in its key (herald.ordering); a finished one leaves
 -- its key, which requeue_ordered gives it again, at the end. Finished deliveries get $1 more attempts; deleted destinations and pings are left alone.
+-- Each goes in its destination's lane (herald.flow: it may have come under flow control
+-- since it finished).
 -- $3: the replay re-queuing them takes them over (NULL: a retry, which keeps theirs)
 UPDATE herald_deliveries d SET
   max_attempts = CASE WHEN d.status = 'pending' THEN d.max_attempts
@@ -205,7 +207,9 @@ UPDATE herald_deliveries d SET
   held = CASE WHEN d.status = 'pending' AND d.held = 2 THEN 2
     WHEN t.status = 'active' THEN 0 ELSE 1 END,
   replay_id = COALESCE($3::text, d.replay_id),
-  ordering_key = CASE WHEN d.status = 'pending' THEN d.ordering_key END
+  ordering_key = CASE WHEN d.status = 'pending' THEN d.ordering_key END,
+  flow = CASE WHEN EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = d.destination_id)
+    THEN 1 ELSE 0 END
 FROM herald_destinations t
 WHERE t.id = d.destination_id AND t.deleted_at IS NULL
   AND d.id = ANY($4) AND d.kind = 'event' AND d.lease_owner IS NULL

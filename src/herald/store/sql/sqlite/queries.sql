@@ -158,6 +158,8 @@ WHERE d.event_id = ?2 AND d.tenant_id = ?1 ORDER BY d.id DESC LIMIT ?3
 -- requeue --
 -- A pending one keeps its place in its key (herald.ordering); a finished one leaves
 -- its key, which requeue_ordered gives it again, at the end. Finished deliveries get ?1 more attempts; deleted destinations and pings are left alone.
+-- Each goes in its destination's lane (herald.flow: it may have come under flow control
+-- since it finished).
 -- ?3: the replay re-queuing them takes them over (NULL: a retry, which keeps theirs)
 UPDATE herald_deliveries SET
   max_attempts = CASE WHEN status = 'pending' THEN max_attempts ELSE attempt_count + ?1 END,
@@ -166,7 +168,8 @@ UPDATE herald_deliveries SET
   held = CASE WHEN status = 'pending' AND held = 2 THEN 2
     ELSE (SELECT CASE WHEN t.status = 'active' THEN 0 ELSE 1 END
       FROM herald_destinations t WHERE t.id = destination_id) END,
-  ordering_key = CASE WHEN status = 'pending' THEN ordering_key END
+  ordering_key = CASE WHEN status = 'pending' THEN ordering_key END,
+  flow = EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_deliveries.destination_id)
 WHERE id IN ({ids}) AND kind = 'event' AND lease_owner IS NULL
   AND destination_id IN (SELECT id FROM herald_destinations WHERE deleted_at IS NULL)
 
