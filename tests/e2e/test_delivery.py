@@ -99,6 +99,7 @@ async def test_event_reaches_a_verified_webhook_signed(
     assert await h.astop() == 0
 
 
+@pytest.mark.backend_neutral
 async def test_exact_retry_schedule_then_failure(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:
@@ -206,6 +207,7 @@ async def test_attempt_log_lines_carry_their_ids_and_never_the_payload(
     assert marker not in h.log()
 
 
+@pytest.mark.backend_neutral
 async def test_each_kind_of_failure_counts_as_a_failed_attempt(
     herald_factory: HeraldFactory,
 ) -> None:

@@ -198,6 +198,7 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.backend_neutral
 async def test_hostile_receivers_do_not_starve_healthy_ones(
     herald_factory: HeraldFactory, nginx: Nginx, hostile: Hostile, request: pytest.FixtureRequest
 ) -> None:

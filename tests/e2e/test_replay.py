@@ -245,6 +245,7 @@ def assert_spread(h: Herald, count: int, per_second: int, start: float, end: flo
     assert [round(d - due[0], 3) for d in due] == [i // per_second for i in range(count)]
 
 
+@pytest.mark.backend_neutral
 async def test_cli_replay_is_logged_and_rate_limited(scenario: Scenario) -> None:
     h = scenario.h
     await deactivate(scenario)
@@ -265,6 +266,7 @@ async def test_cli_replay_is_logged_and_rate_limited(scenario: Scenario) -> None
     assert_spread(h, 10, 4, start, end)
 
 
+@pytest.mark.backend_neutral
 async def test_api_replay_is_logged_and_rate_limited(scenario: Scenario) -> None:
     h = scenario.h
     await deactivate(scenario)
@@ -292,6 +294,7 @@ async def test_api_replay_is_logged_and_rate_limited(scenario: Scenario) -> None
     assert key not in h.log()  # who asked is the tenant, never the key
 
 
+@pytest.mark.backend_neutral
 async def test_cli_and_api_replays_move_the_daemons_replay_counters(scenario: Scenario) -> None:
     """The service layer counts every replay in the database, so a replay from the CLI
     (another process) moves the daemon's counters as one through its API does; a dry
@@ -339,6 +342,7 @@ async def test_cli_and_api_replays_move_the_daemons_replay_counters(scenario: Sc
     assert entry["request_id"] == headers["X-Request-Id"]
 
 
+@pytest.mark.backend_neutral
 async def test_deliveries_list_and_show_print_tables(scenario: Scenario) -> None:
     h = scenario.h
     listed = (await h.acli("deliveries", "list", "--destination", scenario.dests[0])).stdout
@@ -475,6 +479,7 @@ async def test_a_replay_has_an_id_and_its_outcome_is_counted_by_cli_and_api(
         assert (status, body["data"]) == (200, [])
 
 
+@pytest.mark.backend_neutral
 async def test_follow_waits_for_the_replays_outcome_and_exits_by_it(scenario: Scenario) -> None:
     """`replay --follow` returns once none of the replay's deliveries is pending, with
     their outcome; exit status 1 when some failed (max_retries 0: one attempt each)."""
@@ -505,6 +510,7 @@ async def test_follow_waits_for_the_replays_outcome_and_exits_by_it(scenario: Sc
     assert last.endswith("succeeded 0, failed 5, pending 0"), proc.stdout
 
 
+@pytest.mark.backend_neutral
 async def test_the_progress_bar_on_a_terminal_never_shares_a_line_with_a_log_line(
     scenario: Scenario,
 ) -> None:

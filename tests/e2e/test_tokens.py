@@ -118,6 +118,7 @@ async def test_an_idempotent_repeat_gives_the_same_token_a_new_value(
     assert (status, error_of(body)["code"]) == (409, "token_unavailable")
 
 
+@pytest.mark.backend_neutral
 async def test_token_requests_are_refused_in_the_errors_shape(herald: Herald, api: Api) -> None:
     async with api.with_key(None) as anonymous:
         status, _, body = await anonymous.post("/v2/token")
