@@ -140,9 +140,12 @@ CALLS = {
 NOTES = {
     "claim_due": (
         "A partial index holds only pending deliveries, in `next_attempt_at` order after"
-        " `held`: `herald_deliveries_pending (held, next_attempt_at) WHERE status = 'pending'`"
-        " (on SQLite with `destination_id` as a third column, see below). The claim reads its"
-        " first `claim_batch_size` due entries and updates those rows, found by primary key."
+        " `held` and the lane: `herald_deliveries_pending (held, flow, next_attempt_at) WHERE"
+        " status = 'pending'` (on SQLite with `destination_id` as a fourth column, see below)."
+        " The claim reads the common lane (`flow = 0`; the deliveries of destinations under flow"
+        " control are in the flow lane, read per destination through `herald_deliveries_flow`"
+        " by the statement before this one, `flow_due`: none here), its first"
+        " `claim_batch_size` due entries, and updates those rows, found by primary key."
         " Finished deliveries are not in the index: the cost follows the batch, not the table."
         " On SQLite the claim is two statements since session 7 (it needs each row's due time"
         " from before the lease): this selection, then an `UPDATE … WHERE id IN (…)` of the"
@@ -155,8 +158,9 @@ NOTES = {
         " fetches each row first."
     ),
     "next_due_at": (
-        "`MIN(next_attempt_at)` over non-held pending deliveries is the first entry of the"
-        " same partial index after `held = 0`: one index probe."
+        "`MIN(next_attempt_at)` over non-held pending deliveries, per lane, is the first entry"
+        " of the same partial index after `held = 0` and `flow = 0` (then `flow = 1`): one"
+        " index probe each."
     ),
     "list_deliveries": (
         "Equalities on tenant, destination and status, `id < cursor`, `ORDER BY id DESC"
