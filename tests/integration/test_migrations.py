@@ -143,22 +143,39 @@ def trim_rows(store: Store, method: str, widths: dict[str, int]) -> None:
     setattr(store.dialect, method, send)
 
 
+def swap(store: Store, edits: dict[str, list[tuple[str, str]]]) -> None:
+    """Make ``store`` send named queries as an older Herald did: in each, each ``(old,
+    new)`` of ``edits[name]`` replaced (the pairs of both dialects: each finds its own)."""
+    queries = dict(store.dialect._q)
+    for name, pairs in edits.items():
+        sql = queries[name]
+        for before, after in pairs:
+            sql = sql.replace(before, after)
+        assert sql != queries[name], f"{name}: no edit applies"
+        queries[name] = sql
+    store.dialect._q = queries
+
+
 def unflowed(store: Store) -> None:
     """Make ``store`` a Herald before 0020: its deliveries are stored without a lane
     (``flow``, the 14th value of each row, left out)."""
-    dialect = store.dialect
-    queries = dialect._q
-    dialect._q = {
-        **queries,
-        "insert_deliveries": queries["insert_deliveries"]
-        .replace(", order_seq, flow", ", order_seq")
-        .replace(", ?13, ?14", ", ?13")
-        .replace(", $13::int8[], $14::int[]", ", $13::int8[]"),
-        "destination_statuses": queries["destination_statuses"].replace(
-            "EXISTS (SELECT 1 FROM herald_flow f WHERE f.destination_id = herald_destinations.id)",
-            "0",
-        ),
-    }
+    swap(
+        store,
+        {
+            "insert_deliveries": [
+                (", order_seq, flow", ", order_seq"),
+                (", ?13, ?14", ", ?13"),
+                (", $13::int8[], $14::int[]", ", $13::int8[]"),
+            ],
+            "destination_statuses": [
+                (
+                    "EXISTS (SELECT 1 FROM herald_flow f"
+                    " WHERE f.destination_id = herald_destinations.id)",
+                    "0",
+                )
+            ],
+        },
+    )
     trim_rows(store, "insert_many", {"insert_deliveries": 13})
 
 
@@ -214,15 +231,7 @@ def untraced(store: Store) -> None:
 def unrecorded(store: Store) -> None:
     """Make ``store`` a Herald before 0016: its attempts are stored without what they
     sent (``exchange``, the 10th value of each row, left out)."""
-    dialect = store.dialect
-    queries = dialect._q
-    dialect._q = {
-        **queries,
-        "insert_attempts": queries["insert_attempts"]
-        .replace(", exchange)", ")")
-        .replace(", ?10)", ")")
-        .replace(", $10)", ")"),
-    }
+    swap(store, {"insert_attempts": [(", exchange)", ")"), (", ?10)", ")"), (", $10)", ")")]})
     trim_rows(store, "executemany", {"insert_attempts": 9})
 
 
