@@ -369,11 +369,7 @@ class SQLiteDialect(NamedQueries):
         # Selected, then leased: RETURNING would give the new next_attempt_at, and the
         # caller wants when each was due. The write lock keeps the two together.
         sql = self._q["claim_select"].replace("{where}", where)
-        claimed = await self._rows(conn, sql, (*params, want.limit))
-        if claimed:
-            ids = [r[0] for r in claimed]
-            await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)
-        return claimed
+        return await self._lease(conn, want, await self._rows(conn, sql, (*params, want.limit)))
 
     async def claim_flow(
         self, conn: aiosqlite.Connection, want: Claim, takes: Sequence[tuple[str, int]]
@@ -386,6 +382,12 @@ class SQLiteDialect(NamedQueries):
         claimed: list[Row] = []
         for dest_id, n in takes:
             claimed += await self._rows(conn, sql, (want.now, dest_id, n, *want.exclude_tenants))
+        return await self._lease(conn, want, claimed)
+
+    async def _lease(
+        self, conn: aiosqlite.Connection, want: Claim, claimed: list[Row]
+    ) -> list[Row]:
+        """Lease the rows a claim selected to ``want.owner``; returns them."""
         if claimed:
             ids = [r[0] for r in claimed]
             await self.execute(conn, "claim_lease", want.owner, want.lease_until, ids)

@@ -54,8 +54,7 @@ ON CONFLICT (destination_id) DO UPDATE SET rate = excluded.rate, breaker = exclu
 -- The destinations under flow control with a delivery due in their lane by $1, and
 -- their flow state as committed (unlocked: how many a claim asks for; herald.flow
 -- admits them under the row's lock): one probe of herald_deliveries_flow each
-SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
-  gate_until
+SELECT {_flow_row}
 FROM herald_flow f WHERE EXISTS (SELECT 1 FROM herald_deliveries d
   WHERE d.destination_id = f.destination_id AND d.status = 'pending' AND d.held = 0
   AND d.flow = 1 AND d.next_attempt_at <= $1)
@@ -218,6 +217,10 @@ WHERE d.id = $1 AND ($2::text IS NULL OR d.tenant_id = $2)
 SELECT id, delivery_id, number, started_at, duration_ms, outcome, response_status, error,
   response_excerpt, exchange
 FROM herald_attempts WHERE delivery_id = $1 ORDER BY number, started_at
+
+-- _flow_row --
+-- A herald_flow row as herald.store.rows.flow_from_row reads it
+destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown, gate_until
 
 -- _delivery_listing --
 -- A delivery with its last attempt, as every listing of deliveries reads it

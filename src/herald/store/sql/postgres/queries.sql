@@ -84,14 +84,12 @@ FROM herald_outbox
 -- flow_lock --
 -- The flow rows (herald.flow) of these destinations, locked last: after the deliveries
 -- a claim or a recording holds (lock order: destination, deliveries, flow)
-SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
-  gate_until
+SELECT {_flow_row}
 FROM herald_flow WHERE destination_id = ANY($1::text[]) ORDER BY destination_id FOR UPDATE
 
 -- breaker_lock --
 -- The same, of the destinations whose breaker is on
-SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
-  gate_until
+SELECT {_flow_row}
 FROM herald_flow WHERE destination_id = ANY($1::text[]) AND breaker = 1
 ORDER BY destination_id FOR UPDATE
 

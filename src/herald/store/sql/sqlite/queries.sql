@@ -60,14 +60,12 @@ FROM herald_outbox
 
 -- flow_lock --
 -- The flow rows (herald.flow) of these destinations (the write lock holds them)
-SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
-  gate_until
+SELECT {_flow_row}
 FROM herald_flow WHERE destination_id IN ({ids}) ORDER BY destination_id
 
 -- breaker_lock --
 -- The same, of the destinations whose breaker is on
-SELECT destination_id, rate, breaker, tat, circuit, opened_at, next_probe_at, cooldown,
-  gate_until
+SELECT {_flow_row}
 FROM herald_flow WHERE breaker = 1 AND destination_id IN ({ids}) ORDER BY destination_id
 
 -- events_by_id --
