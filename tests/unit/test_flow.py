@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from herald.flow import (
@@ -83,6 +83,10 @@ def test_without_a_rate_every_delivery_passes_and_nothing_is_gated() -> None:
     assert gate(flow) <= T0
 
 
+SLACK = 1e-5
+"""herald.flow's ``_EPSILON``."""
+
+
 @given(
     rate=st.floats(min_value=0.2, max_value=200),
     steps=st.lists(
@@ -91,6 +95,7 @@ def test_without_a_rate_every_delivery_passes_and_nothing_is_gated() -> None:
         max_size=60,
     ),
 )
+@example(rate=165.703125, steps=[(0.0, 83), (0.5, 74), (0.44322682609367015, 165)])
 def test_no_window_of_one_second_sees_more_than_the_rate_plus_the_burst(
     rate: float, steps: list[tuple[float, int]]
 ) -> None:
@@ -105,11 +110,15 @@ def test_no_window_of_one_second_sees_more_than_the_rate_plus_the_burst(
         if kept < wanted:
             assert gate(flow) > now - 1e-9 or tokens(flow, now) == 0
     burst = max(1.0, rate)
+    # The bucket's arithmetic has SLACK seconds of give (herald.flow._EPSILON, so that a
+    # float's rounding never costs a token): worth up to rate * SLACK of a token.
+    # Hypothesis found the case in its @example: 322 starts against a bound of 321.999.
+    slack = rate * SLACK + 1e-6
     for i, t in enumerate(starts):
         within = sum(1 for s in starts[i:] if s < t + 1.0)
-        assert within <= burst + rate + 1e-6
+        assert within <= burst + rate + slack
     if starts:
-        assert len(starts) <= burst + rate * (starts[-1] - starts[0]) + 1e-6
+        assert len(starts) <= burst + rate * (starts[-1] - starts[0]) + slack
 
 
 # --- the breaker ----------------------------------------------------------------------
