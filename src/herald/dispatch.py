@@ -226,6 +226,9 @@ class Dispatcher:
                 continue
             want = min(free, lim.claim_batch)
             saturated = self._claims.saturated(self._slots.outstanding)
+            # Whether a destination was skipped for its count: its release below it may
+            # come while the claim runs, and must then end the wait that follows.
+            crowded = self._claims.waits_for_slots(self._slots.outstanding)
             if self._held.suspecting:  # their circuits may be opening (herald.flow.Held)
                 saturated += [d for d in self._held.suspects if d not in saturated]
             tenants = self._claims.saturated_tenants(self._slots.tenant_load)
@@ -262,7 +265,7 @@ class Dispatcher:
                 # attempt's claim read past it for nothing.
                 gate = self._claims.next_gate()
                 wait = lim.idle_poll if gate is None else min(gate - time.time(), lim.idle_poll)
-                by_slots = bool(tenants) or self._claims.waits_for_slots(self._slots.outstanding)
+                by_slots = bool(tenants) or crowded
                 await self._sleep(stop, wait, slot=by_slots)
             else:
                 # Not yet due when the claim read; it may be by now (a timer that fired
