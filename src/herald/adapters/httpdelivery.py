@@ -44,6 +44,7 @@ from herald.adapters.base import (
     note_exchange,
     on_the_wire,
 )
+from herald.adapters.http1 import Client, ConnectFailed, ResponseFailed
 from herald.egress import EgressPolicy, GuardedResolver, TargetCheck, check_url_host
 from herald.errors import EgressDenied
 from herald.model import Exchange, Headers
@@ -60,6 +61,7 @@ __all__ = [
     "kept_headers",
     "new_session",
     "post",
+    "post_direct",
     "read_body",
     "read_excerpt",
     "request",
@@ -296,6 +298,44 @@ async def post(
     return status_result(status, excerpt=excerpt, retry_after=retry_after)
 
 
+async def post_direct(
+    client: Client,
+    url: str,
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    egress: EgressPolicy,
+    ssl: SSLContext | None = None,
+    masked: Collection[str] = (),
+) -> Result:
+    """:func:`post` without a proxy, on the lean client (:mod:`herald.adapters.http1`):
+    the same checks, the same notes, the same outcomes."""
+    hidden = ALWAYS_MASKED.union(masked)
+    outgoing = client.request(url, body=body, headers=headers, tls=ssl)
+    sent, _ = kept_headers(outgoing.sent, hidden)
+    # Noted before the request: a timeout cancels the attempt, and what was sent stays.
+    note_exchange(Exchange("POST", url, sent))
+    try:
+        check_url_host(url, egress)
+        answer = await client.send(outgoing, limit=EXCERPT_BYTES, ready=on_the_wire)
+    except EgressDenied as exc:
+        return Result.permanent(exc.message)
+    except ConnectFailed as exc:
+        if isinstance(exc.os_error, EgressDenied):
+            return Result.permanent(exc.os_error.message)
+        return Result.retryable(f"connection failed: {exc.os_error}")
+    except ResponseFailed as exc:
+        return Result.retryable(str(exc))
+    answered, omitted = kept_headers(answer.headers, MASKED_RESPONSE_HEADERS, limit=KEPT_HEADERS)
+    note_exchange(Exchange("POST", url, sent, answered, omitted))
+    status = answer.status
+    retry_after = None
+    if status in (429, 503) and (value := answer.header("Retry-After")):
+        retry_after = parse_retry_after(value, now=time.time())
+    excerpt = answer.body.decode("utf-8", "replace") if answer.body else None
+    return status_result(status, excerpt=excerpt, retry_after=retry_after)
+
+
 def status_result(status: int, *, excerpt: str | None, retry_after: float | None) -> Result:
     """The outcome of an HTTP status, the same for every HTTP type."""
     if 200 <= status < 300:
@@ -338,6 +378,7 @@ class HTTPAdapter(Adapter, Generic[P]):
     def __init__(self, ctx: AdapterContext) -> None:
         super().__init__(ctx)
         self._sessions: list[aiohttp.ClientSession] = []
+        self._clients: list[Client] = []
         self._turn = 0
         self.prepared: PerDestination[P] = PerDestination(self.prepare, expires=self.expires)
 
@@ -383,6 +424,21 @@ class HTTPAdapter(Adapter, Generic[P]):
         self._turn = (self._turn + 1) % len(self._sessions)
         return self._sessions[self._turn]
 
+    def client(self) -> Client:
+        """A lean client (:mod:`herald.adapters.http1`) for the POSTs that go direct,
+        one per source address, taken in turn like the sessions."""
+        if not self._clients:
+            self._clients = [
+                Client(
+                    GuardedResolver(self.ctx.egress),
+                    connect_timeout=self.ctx.settings.delivery.webhook_timeout_seconds,
+                    local_address=address,
+                )
+                for address in self.source_addresses()
+            ]
+        self._turn = (self._turn + 1) % len(self._clients)
+        return self._clients[self._turn]
+
     async def send(
         self,
         url: str,
@@ -393,7 +449,18 @@ class HTTPAdapter(Adapter, Generic[P]):
         masked: Collection[str] = (),
     ) -> Result:
         """POST ``body`` to ``url`` once; the response (or failure) as a Result.
-        ``masked``: lower-case names of the headers that carry credentials."""
+        ``masked``: lower-case names of the headers that carry credentials. Direct
+        POSTs take the lean client; through the operator's proxy, aiohttp."""
+        if self.proxy is None:
+            return await post_direct(
+                self.client(),
+                url,
+                body=body,
+                headers=headers,
+                egress=self.ctx.egress,
+                ssl=ssl,
+                masked=masked,
+            )
         return await post(
             self.session(),
             url,
@@ -410,6 +477,9 @@ class HTTPAdapter(Adapter, Generic[P]):
         self.prepared.forget(dest_id)
 
     async def close(self) -> None:
+        clients, self._clients = self._clients, []
+        for client in clients:
+            await client.close()
         sessions, self._sessions = self._sessions, []
         for session in sessions:
             await session.close()
