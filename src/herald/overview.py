@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from herald.store import Store
 from herald.store.counters import HOUR
-from herald.store.recent import FailedAttempt
+from herald.store.recent import FailedAttempt, FailingDestination
 
 OVERVIEW_REJECTED_MAX = 1000
 """The overview counts rejected outbox rows up to this many ("1000+" past it)."""
@@ -27,11 +27,7 @@ OVERVIEW_FAILING_NOW_MAX = 20
 class FailingNow:
     """A destination in a failing episode, as the overview shows it."""
 
-    id: str
-    tenant_id: str
-    name: str
-    since: float
-    consecutive_failures: int
+    destination: FailingDestination
     failed_attempts: int
     """Its failed attempts since the overview's ``attempts_since``."""
     last: FailedAttempt | None
@@ -120,11 +116,7 @@ async def _failing_now(store: Store, *, now: float, tenant_id: str | None) -> li
     counts = await store.attempts_since([f.id for f in found], since=since)
     return [
         FailingNow(
-            id=f.id,
-            tenant_id=f.tenant_id,
-            name=f.name,
-            since=f.failing_since,
-            consecutive_failures=f.consecutive_failures,
+            f,
             failed_attempts=counts.get(f.id, (0, 0))[1],
             last=await store.last_failed_attempt(f.id),
         )
