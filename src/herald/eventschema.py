@@ -134,27 +134,28 @@ def violations(
     return found[:limit]
 
 
-def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": required,
-        "properties": properties,
-    }
-
-
 _ID = {"type": "string"}
 _TEXT_OR_NULL = {"type": ["string", "null"]}
 _STATUS_OR_NULL = {"type": ["integer", "null"]}
 _TIME = {"type": "string", "format": "date-time"}
 
+
+def _about_destination(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """The schema of an operational event's data: every one names the destination it is
+    about (``destination_id``, ``destination_type``) before its own fields."""
+    return {
+        "type": "object",
+        "required": ["destination_id", "destination_type", *required],
+        "properties": {"destination_id": _ID, "destination_type": _ID, **properties},
+    }
+
+
 OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     DELIVERY_EXHAUSTED: (
         "An event delivery ran out of attempts (status failure).",
-        _object(
-            ["destination_id", "destination_type", "delivery_id", "event_id", "event_type"],
+        _about_destination(
+            ["delivery_id", "event_id", "event_type"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "delivery_id": _ID,
                 "event_id": _ID,
                 "event_type": _ID,
@@ -168,11 +169,9 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     DESTINATION_FAILING: (
         "A destination's consecutive failed attempts reached signals.failing_after_attempts;"
         " once per failing episode.",
-        _object(
-            ["destination_id", "destination_type", "consecutive_failures", "failing_since"],
+        _about_destination(
+            ["consecutive_failures", "failing_since"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "consecutive_failures": {"type": "integer"},
                 "failing_since": _TIME,
                 "last_delivery_id": _TEXT_OR_NULL,
@@ -183,11 +182,9 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     ),
     DESTINATION_RECOVERED: (
         "The first successful attempt to a destination after it was failing.",
-        _object(
-            ["destination_id", "destination_type", "recovered_at"],
+        _about_destination(
+            ["recovered_at"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "consecutive_failures": {"type": "integer"},
                 "failing_since": _TIME,
                 "recovered_at": _TIME,
@@ -198,11 +195,9 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     VERIFICATION_FAILED: (
         "A destination's verification ping ran out of attempts; it stays"
         " pending_verification until a new ping succeeds.",
-        _object(
-            ["destination_id", "destination_type", "delivery_id"],
+        _about_destination(
+            ["delivery_id"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "delivery_id": _ID,
                 "attempts": {"type": "integer"},
                 "last_error": _TEXT_OR_NULL,
@@ -215,17 +210,9 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
         "A destination's circuit breaker opened after delivery.breaker_failures consecutive"
         " failed attempts: no attempt until one probe after the cooldown; once per opening,"
         " not after every failed probe.",
-        _object(
-            [
-                "destination_id",
-                "destination_type",
-                "consecutive_failures",
-                "opened_at",
-                "next_probe_at",
-            ],
+        _about_destination(
+            ["consecutive_failures", "opened_at", "next_probe_at"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "consecutive_failures": {"type": "integer"},
                 "opened_at": _TIME,
                 "next_probe_at": _TIME,
@@ -238,11 +225,9 @@ OPERATIONAL_CATALOG: Final[dict[str, tuple[str, dict[str, Any]]]] = {
     ),
     CIRCUIT_CLOSED: (
         "A destination's circuit breaker closed: a probe succeeded and its backlog flows.",
-        _object(
-            ["destination_id", "destination_type", "consecutive_failures", "closed_at"],
+        _about_destination(
+            ["consecutive_failures", "closed_at"],
             {
-                "destination_id": _ID,
-                "destination_type": _ID,
                 "consecutive_failures": {"type": "integer"},
                 "opened_at": {"type": ["string", "null"], "format": "date-time"},
                 "closed_at": _TIME,

@@ -528,7 +528,8 @@ class DestinationHealth:
 
 @dataclass(frozen=True, slots=True)
 class HourCount:
-    """One destination's attempts of one hour (``hour`` × 3600 is its start)."""
+    """The attempts of one hour (``hour`` × 3600 is its start): one destination's, or
+    the overview's over every destination (or a tenant's)."""
 
     hour: int
     successes: int

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from herald.model import HourCount
 from herald.store import Store
 from herald.store.counters import HOUR
-from herald.store.recent import FailedAttempt
+from herald.store.recent import FailedAttempt, FailingDestination
 
 OVERVIEW_REJECTED_MAX = 1000
 """The overview counts rejected outbox rows up to this many ("1000+" past it)."""
@@ -27,11 +28,7 @@ OVERVIEW_FAILING_NOW_MAX = 20
 class FailingNow:
     """A destination in a failing episode, as the overview shows it."""
 
-    id: str
-    tenant_id: str
-    name: str
-    since: float
-    consecutive_failures: int
+    destination: FailingDestination
     failed_attempts: int
     """Its failed attempts since the overview's ``attempts_since``."""
     last: FailedAttempt | None
@@ -62,8 +59,8 @@ class Overview:
     attempts: int
     failed_attempts: int
     """Every attempt (and the failed ones) since ``attempts_since``."""
-    attempt_hours: list[tuple[str, int, int]]
-    """(outcome, hour since the epoch, attempts) over the last 24 hours."""
+    attempt_hours: list[HourCount]
+    """The attempts of each hour over the last 24 hours (hours without one left out)."""
 
 
 async def read(store: Store, *, now: float | None = None, tenant_id: str | None = None) -> Overview:
@@ -91,7 +88,7 @@ async def read(store: Store, *, now: float | None = None, tenant_id: str | None 
     failing_now = await _failing_now(store, now=now, tenant_id=tenant_id)
     hours = await store.attempt_hours(since=now - 23 * HOUR, tenant_id=tenant_id)
     since = (int(now // HOUR) - 1) * HOUR
-    recent = [h for h in hours if h[0] * HOUR >= since]
+    recent = [h for h in hours if h.hour * HOUR >= since]
     return Overview(
         now=now,
         last_hour=hour,
@@ -105,10 +102,9 @@ async def read(store: Store, *, now: float | None = None, tenant_id: str | None 
         failing=failing,
         failing_now=failing_now,
         attempts_since=since,
-        attempts=sum(s + f for _, s, f in recent),
-        failed_attempts=sum(f for _, _, f in recent),
-        attempt_hours=[("success", h, s) for h, s, _ in hours]
-        + [("failure", h, f) for h, _, f in hours],
+        attempts=sum(h.successes + h.failures for h in recent),
+        failed_attempts=sum(h.failures for h in recent),
+        attempt_hours=hours,
     )
 
 
@@ -120,11 +116,7 @@ async def _failing_now(store: Store, *, now: float, tenant_id: str | None) -> li
     counts = await store.attempts_since([f.id for f in found], since=since)
     return [
         FailingNow(
-            id=f.id,
-            tenant_id=f.tenant_id,
-            name=f.name,
-            since=f.failing_since,
-            consecutive_failures=f.consecutive_failures,
+            f,
             failed_attempts=counts.get(f.id, (0, 0))[1],
             last=await store.last_failed_attempt(f.id),
         )

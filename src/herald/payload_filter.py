@@ -254,14 +254,7 @@ class _Compiler:
         if op in _ORDER:
             return self.order(op, operand, path, time=time)
         if op in ("$in", "$nin"):
-            if not isinstance(operand, list):
-                raise _invalid(f"{op} takes an array", field=path)
-            if len(operand) > MAX_LIST:
-                raise _invalid(f"{op} takes at most {MAX_LIST} values", field=path)
-            options = [
-                self.equals(o, f"{path}[{i}]", depth=depth + 1, time=time)
-                for i, o in enumerate(operand)
-            ]
+            options = self.each(op, operand, path, self.equals, "values", depth=depth, time=time)
             if op == "$in":
                 return lambda v: any(o(v) for o in options)
             return lambda v: not any(o(v) for o in options)
@@ -277,14 +270,9 @@ class _Compiler:
         if op == "$regex":
             return self.regex(operand, path)
         if op in ("$and", "$or"):
-            if not isinstance(operand, list) or not operand:
-                raise _invalid(f"{op} takes a non-empty array of filters", field=path)
-            if len(operand) > MAX_LIST:
-                raise _invalid(f"{op} takes at most {MAX_LIST} filters", field=path)
-            subs = [
-                self.logical(o, f"{path}[{i}]", depth=depth + 1, time=time)
-                for i, o in enumerate(operand)
-            ]
+            subs = self.each(
+                op, operand, path, self.logical, "filters", depth=depth, time=time, empty=False
+            )
             if op == "$and":
                 return lambda v: all(s(v) for s in subs)
             return lambda v: any(s(v) for s in subs)
@@ -294,6 +282,27 @@ class _Compiler:
         raise _invalid(
             f"unknown operator {op[:64]!r}; the operators are {', '.join(OPERATORS)}", field=path
         )
+
+    def each(
+        self,
+        op: str,
+        operand: Value,
+        path: str,
+        item: Callable[..., Predicate],
+        what: str,
+        *,
+        depth: int,
+        time: bool,
+        empty: bool = True,
+    ) -> list[Predicate]:
+        """The predicates of an array operand's items, ``$in``'s values or ``$and``'s
+        filters (``what``), at most :data:`MAX_LIST` of them, each compiled by ``item``."""
+        if not isinstance(operand, list) or not (empty or operand):
+            array = "an array" if empty else f"a non-empty array of {what}"
+            raise _invalid(f"{op} takes {array}", field=path)
+        if len(operand) > MAX_LIST:
+            raise _invalid(f"{op} takes at most {MAX_LIST} {what}", field=path)
+        return [item(o, f"{path}[{i}]", depth=depth + 1, time=time) for i, o in enumerate(operand)]
 
     def logical(self, operand: Value, path: str, *, depth: int, time: bool) -> Predicate:
         if not isinstance(operand, dict):

@@ -126,27 +126,16 @@ class Slots:
             e = self.tenant_load[tenant] = self.tenant_load.get(tenant, 0) + 1
             if e <= self._per_tenant:
                 self._used += 1
-        taken = self._destination_slots.get(dest, 0)
-        if taken >= self._per_destination:
-            waiting = self._destination_waiting.get(dest)
-            if waiting is None:
-                waiting = self._destination_waiting[dest] = deque()
-            waiting.append(item)
-        else:
-            self._destination_slots[dest] = taken + 1
+        if self._take(
+            item, dest, self._destination_slots, self._per_destination, self._destination_waiting
+        ):
             self._to_tenant(item, tenant)
         return True
 
     def _to_tenant(self, item: DueDelivery, tenant: str) -> None:
         """``item`` holds its destination's slot: on to its tenant's, then a global one."""
-        taken = self._tenant_slots.get(tenant, 0)
-        if taken >= self._per_tenant:
-            waiting = self._tenant_waiting.get(tenant)
-            if waiting is None:
-                waiting = self._tenant_waiting[tenant] = deque()
-            waiting.append(item)
+        if not self._take(item, tenant, self._tenant_slots, self._per_tenant, self._tenant_waiting):
             return
-        self._tenant_slots[tenant] = taken + 1
         if self._ready or not self.can_begin():
             self._ready.append(item)
         else:
@@ -215,6 +204,26 @@ class Slots:
             or load == self._tenant_enough - 1
             or self._used == self._budget - 1
         )
+
+    @staticmethod
+    def _take(
+        item: DueDelivery,
+        key: str,
+        slots: dict[str, int],
+        limit: int,
+        waiting: dict[str, deque[DueDelivery]],
+    ) -> bool:
+        """Give ``item`` one of ``key``'s slots (a destination's or a tenant's), or queue
+        it behind ``key``'s waiting deliveries when all ``limit`` are taken (False)."""
+        taken = slots.get(key, 0)
+        if taken >= limit:
+            queue = waiting.get(key)
+            if queue is None:
+                queue = waiting[key] = deque()
+            queue.append(item)
+            return False
+        slots[key] = taken + 1
+        return True
 
     @staticmethod
     def _put_back(slots: dict[str, int], key: str) -> None:

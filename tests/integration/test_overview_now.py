@@ -57,20 +57,20 @@ async def test_the_overview_names_failing_destinations_with_their_last_error(
 
     ov = await h.service.overview()
     # acme failed twice in a row and more: failing; globex once: not yet.
-    assert [f.id for f in ov.failing_now] == [acme.id]
+    assert [f.destination.id for f in ov.failing_now] == [acme.id]
     first = ov.failing_now[0]
-    assert (first.tenant_id, first.name) == ("acme", acme.name)
-    assert (first.consecutive_failures, first.failed_attempts) == (3, 3)
+    assert (first.destination.tenant_id, first.destination.name) == ("acme", acme.name)
+    assert (first.destination.consecutive_failures, first.failed_attempts) == (3, 3)
     assert first.last is not None
     assert (first.last.error, first.last.response_status) == ("HTTP 500: down", 500)
-    assert first.since <= time.time()
+    assert first.destination.failing_since <= time.time()
     assert (ov.attempts, ov.failed_attempts) == (4, 4)
-    assert {(o, n) for o, _, n in ov.attempt_hours if n} == {("failure", 4)}
+    assert [(h.successes, h.failures) for h in ov.attempt_hours] == [(0, 4)]
 
     # The portal's: one tenant's destinations and attempts only.
     mine_ov = await h.service.overview(tenant_id="acme")
     theirs_ov = await h.service.overview(tenant_id="globex")
-    assert [f.id for f in mine_ov.failing_now] == [acme.id]
+    assert [f.destination.id for f in mine_ov.failing_now] == [acme.id]
     assert theirs_ov.failing_now == []
     assert (mine_ov.failed_attempts, theirs_ov.failed_attempts) == (3, 1)
     assert (await h.service.overview(tenant_id="nobody")).attempt_hours == []

@@ -323,6 +323,14 @@ class ApiBase:
         if isinstance(data.get("type"), str) and len(data["type"]) <= MAX_TYPE_LENGTH:
             self.registry.canonical(data["type"])
 
+    def _after(
+        self, query: Mapping[str, str], *, endpoint: str, filters: Mapping[str, object]
+    ) -> str | None:
+        """The key of the record a page starts after: its ``cursor`` (None: the first page)."""
+        if "cursor" not in query:
+            return None
+        return self.cursors.decode(query["cursor"], endpoint=endpoint, filters=filters)
+
     def _page(
         self,
         request: web.Request,
@@ -332,10 +340,12 @@ class ApiBase:
         endpoint: str,
         filters: Mapping[str, object],
         model: type[BaseModel],
+        key: str = "id",
     ) -> web.Response:
+        """A page of ``items``, with the cursor of its last item's ``key`` if more follow."""
         next_cursor = None
         if has_more and items:
-            next_cursor = self.cursors.encode(items[-1]["id"], endpoint=endpoint, filters=filters)
+            next_cursor = self.cursors.encode(items[-1][key], endpoint=endpoint, filters=filters)
         body = list_view(
             items, has_more=has_more, next_cursor=next_cursor, request_id=request[REQUEST_ID]
         )

@@ -40,9 +40,7 @@ class DeliveryHandlers(ApiBase):
         filters = {k: query.get(k) for k in ("status", "event_type", "since", "until")}
         filters["tenant"] = request[TENANT]
         endpoint = f"deliveries:{dest.id}"
-        before = None
-        if "cursor" in query:
-            before = self.cursors.decode(query["cursor"], endpoint=endpoint, filters=filters)
+        before = self._after(query, endpoint=endpoint, filters=filters)
         items, more = await self.service.list_deliveries(flt, before_id=before, limit=limit)
         return self._page(
             request,
@@ -98,9 +96,7 @@ class DeliveryHandlers(ApiBase):
         query = query_params(request, {"limit", "cursor"})
         limit = page_limit(query)
         filters = {"tenant": request[TENANT]}
-        before = None
-        if "cursor" in query:
-            before = self.cursors.decode(query["cursor"], endpoint="replays", filters=filters)
+        before = self._after(query, endpoint="replays", filters=filters)
         items, more = await self.service.replays.page(
             request[TENANT], before_id=before, limit=limit
         )

@@ -47,9 +47,7 @@ class DestinationHandlers(ApiBase):
         status = status_param(query, DestinationStatus, DESTINATION_STATUSES)
         type_ = self.registry.canonical(query["type"]) if "type" in query else None
         filters = {"tenant": request[TENANT], "status": query.get("status"), "type": type_}
-        before = None
-        if "cursor" in query:
-            before = self.cursors.decode(query["cursor"], endpoint="destinations", filters=filters)
+        before = self._after(query, endpoint="destinations", filters=filters)
         items, more = await self.service.list_destinations(
             request[TENANT], status=status, type=type_, before_id=before, limit=limit
         )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from herald.api import schemas
-from herald.api.base import REQUEST_ID, TENANT, ApiBase
+from herald.api.base import TENANT, ApiBase
 from herald.api.request import json_body, page_limit, query_params
-from herald.views import event_type_view, list_view
+from herald.views import event_type_view
 
 _ENDPOINT = "event_types"
 
@@ -19,20 +19,17 @@ class EventTypeHandlers(ApiBase):
         query = query_params(request, {"limit", "cursor"})
         limit = page_limit(query)
         filters = {"tenant": request[TENANT]}
-        after = None
-        if "cursor" in query:
-            after = self.cursors.decode(query["cursor"], endpoint=_ENDPOINT, filters=filters)
+        after = self._after(query, endpoint=_ENDPOINT, filters=filters)
         items, more = await self.service.event_types.list(request[TENANT], after=after, limit=limit)
-        cursor = None
-        if more and items:
-            cursor = self.cursors.encode(items[-1].type, endpoint=_ENDPOINT, filters=filters)
-        body = list_view(
+        return self._page(
+            request,
             [event_type_view(e) for e in items],
-            has_more=more,
-            next_cursor=cursor,
-            request_id=request[REQUEST_ID],
+            more,
+            endpoint=_ENDPOINT,
+            filters=filters,
+            model=schemas.EventTypeList,
+            key="type",
         )
-        return self._respond(schemas.EventTypeList, body)
 
     async def get_event_type(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())

@@ -43,6 +43,13 @@ def check_key(key: SecretStr, *, where: str = "") -> SecretStr:
     return key
 
 
+def check_sqlite_url(value: str) -> str:
+    """A ``sqlite:`` URL (the store's or a source's) names a file: three slashes, then a path."""
+    if not value.startswith("sqlite:///") or value == "sqlite:///":
+        raise ValueError("expected sqlite:///path/to/file.db (three slashes, then a path)")
+    return value
+
+
 def _check_proxy(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -21,6 +21,7 @@ from herald.config.checks import (
     Section,
     TenantName,
     check_key,
+    check_sqlite_url,
 )
 from herald.flow import BreakerSettings
 
@@ -36,9 +37,7 @@ class DatabaseSettings(Section):
     def _known_scheme(cls, value: str) -> str:
         scheme = urlsplit(value).scheme
         if scheme == "sqlite":
-            if not value.startswith("sqlite:///") or value == "sqlite:///":
-                raise ValueError("expected sqlite:///path/to/file.db (three slashes, then a path)")
-            return value
+            return check_sqlite_url(value)
         if scheme in ("postgresql", "postgres"):
             return value
         raise ValueError(f"unsupported database URL scheme {scheme!r}; use sqlite or postgresql")

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from herald.config.checks import Section
+from herald.config.checks import Section, check_sqlite_url
 
 SOURCE_COLUMNS = (
     "seq",
@@ -68,9 +68,7 @@ class SourceSettings(Section):
     def _url(cls, value: str) -> str:
         scheme = urlsplit(value).scheme
         if scheme == "sqlite":
-            if not value.startswith("sqlite:///") or value == "sqlite:///":
-                raise ValueError("expected sqlite:///path/to/file.db (three slashes, then a path)")
-            return value
+            return check_sqlite_url(value)
         if scheme not in SOURCE_DIALECTS:
             raise ValueError(
                 f"unsupported source URL scheme {scheme!r}; use postgresql, mysql or sqlite"

@@ -106,8 +106,8 @@ def _ago(seconds: int, *, edge: bool = False) -> str:
 
 
 def hourly_chart(hours: list[HourCount], *, now: float, label: str) -> Chart:
-    """A destination's attempts per hour over the last 24 hours (the recorder's
-    counters), success stacked under failure."""
+    """Attempts per hour over the last 24 hours (the recorder's counters: a
+    destination's, or the overview's), success stacked under failure."""
     counts = [("success", h.hour, h.successes) for h in hours]
     counts += [("failure", h.hour, h.failures) for h in hours]
     return bar_chart(counts, now=now, bucket_seconds=3600, buckets=24, label=label)

@@ -82,12 +82,8 @@ class DeliveryPages(Pages):
 
     async def overview(self, request: web.Request) -> web.StreamResponse:
         ov = await self.service.overview(tenant_id=self.scope(request).tenant_id)
-        attempts = charts.bar_chart(
-            ov.attempt_hours,
-            now=ov.now,
-            bucket_seconds=3600,
-            buckets=24,
-            label="last 24 hours, per hour",
+        attempts = charts.hourly_chart(
+            ov.attempt_hours, now=ov.now, label="last 24 hours, per hour"
         )
         hour = charts.bar_chart(
             ov.last_hour, now=ov.now, bucket_seconds=60, buckets=60, label="last hour, per minute"

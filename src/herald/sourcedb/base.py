@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -26,6 +26,17 @@ class SourceError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+C = TypeVar("C")
+
+
+def connected(conn: C | None) -> C:
+    """A dialect's connection, or SourceError when there is none (never opened, or
+    closed by an error: the reader opens the source again)."""
+    if conn is None:
+        raise SourceError("not connected")
+    return conn
 
 
 def raw(value: Any) -> bytes | None:

@@ -19,7 +19,7 @@ from asyncmy.errors import MySQLError
 
 from herald.config import mask_secrets
 from herald.model import OutboxRow
-from herald.sourcedb.base import SourceDB, SourceError
+from herald.sourcedb.base import SourceDB, SourceError, connected
 
 CONNECT_TIMEOUT_SECONDS = 10
 
@@ -95,9 +95,7 @@ class MySQLSource(SourceDB):
 async def _query(
     conn: asyncmy.Connection | None, sql: str, args: Sequence[Any]
 ) -> list[Sequence[Any]]:
-    if conn is None:
-        raise SourceError("not connected")
-    async with conn.cursor() as cur:
+    async with connected(conn).cursor() as cur:
         await cur.execute(sql, tuple(args))
         return list(await cur.fetchall())
 

@@ -17,7 +17,7 @@ import asyncpg
 
 from herald.config import mask_secrets
 from herald.model import OutboxRow
-from herald.sourcedb.base import SourceDB, SourceError
+from herald.sourcedb.base import SourceDB, SourceError, connected
 
 CHANNEL = "herald_outbox"
 CONNECT_TIMEOUT_SECONDS = 10
@@ -72,30 +72,23 @@ class PostgresSource(SourceDB):
                 if not conn.is_closed():
                     conn.terminate()
 
-    def _connected(self) -> asyncpg.Connection:
-        if self._conn is None:
-            raise SourceError("not connected")
-        return self._conn
-
     async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         async with self._errors():
             sql, args = self.select_statement(limit, exclude)
-            return self.rows(await self._connected().fetch(sql, *args))
+            return self.rows(await connected(self._conn).fetch(sql, *args))
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
             sql, args = self.delete_statement(seqs)
-            if self._deleter is None:
-                raise SourceError("not connected")
-            await self._deleter.execute(sql, *args)
+            await connected(self._deleter).execute(sql, *args)
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
-            count, oldest = await self._connected().fetchrow(self.stats_sql)
+            count, oldest = await connected(self._conn).fetchrow(self.stats_sql)
         return int(count), self.oldest_epoch(oldest)
 
     async def _listen(self, callback: Callable[[], None]) -> None:
-        await self._connected().add_listener(CHANNEL, lambda *_: callback())
+        await connected(self._conn).add_listener(CHANNEL, lambda *_: callback())
 
     async def watch(self, callback: Callable[[], None]) -> bool:
         self._callback = callback

@@ -18,7 +18,7 @@ from typing import Any
 import aiosqlite
 
 from herald.model import OutboxRow
-from herald.sourcedb.base import SourceDB, SourceError
+from herald.sourcedb.base import SourceDB, SourceError, connected
 from herald.store.fswatch import FileWatch
 
 BUSY_TIMEOUT_MS = 5000
@@ -71,26 +71,19 @@ class SQLiteSource(SourceDB):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
 
-    def _connected(self) -> aiosqlite.Connection:
-        if self._conn is None:
-            raise SourceError("not connected")
-        return self._conn
-
     async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         async with self._errors():
             sql, args = self.select_statement(limit, exclude)
-            return self.rows(list(await self._connected().execute_fetchall(sql, tuple(args))))
+            return self.rows(list(await connected(self._conn).execute_fetchall(sql, tuple(args))))
 
     async def delete(self, seqs: Sequence[int]) -> None:
         async with self._errors():
             sql, args = self.delete_statement(seqs)
-            if self._deleter is None:
-                raise SourceError("not connected")
-            await self._deleter.execute(sql, tuple(args))
+            await connected(self._deleter).execute(sql, tuple(args))
 
     async def stats(self) -> tuple[int, float | None]:
         async with self._errors():
-            [(count, oldest)] = list(await self._connected().execute_fetchall(self.stats_sql))
+            [(count, oldest)] = list(await connected(self._conn).execute_fetchall(self.stats_sql))
         return int(count), self.oldest_epoch(oldest)
 
     async def watch(self, callback: Callable[[], None]) -> bool:

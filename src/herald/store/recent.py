@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from herald.model import HourCount
 from herald.store.counters import HOUR
 from herald.store.part import StorePart
 
@@ -84,15 +85,14 @@ class RecentStore(StorePart):
         started, status, error = rows[0]
         return FailedAttempt(float(started), None if status is None else int(status), error)
 
-    async def attempt_hours(
-        self, *, since: float, tenant_id: str | None = None
-    ) -> list[tuple[int, int, int]]:
-        """(hour since the epoch, successful, failed attempts) of every hour since
-        ``since``'s, from the recorder's counters (of ``tenant_id``'s destinations when
-        given); hours without an attempt left out."""
+    async def attempt_hours(self, *, since: float, tenant_id: str | None = None) -> list[HourCount]:
+        """The attempts of every hour since ``since``'s, the oldest first, from the
+        recorder's counters (of ``tenant_id``'s destinations when given); hours without
+        an attempt left out."""
         first = int(since // HOUR)
         rows = await self._read_for("attempt_hours", "tenant_attempt_hours", tenant_id, first)
-        return sorted((int(r[0]), int(r[1] or 0), int(r[2] or 0)) for r in rows)
+        counts = sorted((int(r[0]), int(r[1] or 0), int(r[2] or 0)) for r in rows)
+        return [HourCount(*c) for c in counts]
 
     async def attempts_since(
         self, ids: Sequence[str], *, since: float
