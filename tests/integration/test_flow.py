@@ -148,6 +148,9 @@ async def test_the_circuit_opens_holds_the_backlog_and_lets_one_probe_through(
     taken = await claim(h, now)
     assert len(taken) == 10
     recorded = await h.store.record_attempts([failed(d, now) for d in taken[:3]])
+    # The circuit opened on the recording's own clock, by now at the latest (on a loaded
+    # machine a few tenths after ``now``).
+    opened = time.time()
     assert [s.type for s in recorded.signals if s.type == CIRCUIT_OPENED] == [CIRCUIT_OPENED]
     view = destination_view(await h.service.get("default", dest_id), h.registry)
     assert view["circuit"]["state"] == "open"
@@ -160,11 +163,11 @@ async def test_the_circuit_opens_holds_the_backlog_and_lets_one_probe_through(
     assert more.circuits[dest_id] == recorded.circuits[dest_id]
     assert recorded.circuits[dest_id] is not None
     assert await claim(h, now + 1) == []  # open: nothing is claimed
-    (probe,) = await claim(h, now + 5.1)  # the cooldown is over: exactly one
-    assert await claim(h, now + 5.2) == []  # it is out: nothing else
+    (probe,) = await claim(h, opened + 5.1)  # the cooldown is over: exactly one
+    assert await claim(h, opened + 5.2) == []  # it is out: nothing else
     view = destination_view(await h.service.get("default", dest_id), h.registry)
     assert view["circuit"]["state"] == "half_open"
-    closed = await h.store.record_attempts([failed(probe, now + 5.3, ok=True)])
+    closed = await h.store.record_attempts([failed(probe, opened + 5.3, ok=True)])
     (event,) = [s for s in closed.signals if s.type == CIRCUIT_CLOSED]
     assert event.data["destination_id"] == dest_id
     assert event.data["consecutive_failures"] == 10
