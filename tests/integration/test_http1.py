@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from herald.adapters import http1
 from herald.adapters.http1 import MAX_HEAD_BYTES, Answer, Client, ConnectFailed, ResponseFailed
 from herald.egress import EgressPolicy, GuardedResolver
 from herald.errors import EgressDenied
@@ -251,3 +252,45 @@ async def test_tls_checks_the_certificate_unless_given_a_context(tmp_path: Path)
         assert (await c.send(request, limit=1024)).status == 204
         assert (await c.send(request, limit=1024)).status == 204
         assert server.connections == 1  # (a refused handshake never reaches the handler)
+
+
+async def test_an_idle_connection_past_its_time_is_closed_by_the_next_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = client()
+    clock = [1000.0]
+    monkeypatch.setattr(http1.time, "monotonic", lambda: clock[0])
+    async with serving(replying(OK)) as quiet, serving(replying(OK)) as busy:
+        await post(c, quiet.url)
+        clock[0] += http1.IDLE_SECONDS + 1  # quiet's connection has idled too long
+        await post(c, busy.url)  # the sweep runs on a send
+        await asyncio.wait_for(quiet.closed.wait(), 10)
+        assert list(c._idle) == [("127.0.0.1", busy.port, None)]  # quiet's pool is gone
+        await post(c, busy.url)
+        assert (quiet.connections, busy.connections) == (1, 1)
+
+
+async def test_a_connection_closed_while_the_attempt_waits_its_turn_is_replaced() -> None:
+    close_now = asyncio.Event()
+
+    async def answer_then_close_when_told(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        writer.write(OK)
+        await writer.drain()
+        await close_now.wait()
+        return False
+
+    c = client()
+    async with serving(answer_then_close_when_told) as server:
+        await post(c, server.url)
+        [[kept]] = c._idle.values()
+
+        async def turn() -> None:  # the pacing wait, during which the receiver closes
+            assert not kept.closed  # taken from the pool while still open
+            close_now.set()
+            await eventually(lambda: kept.closed)
+
+        request = c.request(server.url, body=b"{}", headers={})
+        assert (await c.send(request, limit=1024, ready=turn)).status == 204
+        assert server.connections == 2

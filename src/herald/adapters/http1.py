@@ -204,6 +204,9 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
+        if self.closed:
+            self._waiter.set_exception(ResponseFailed("server disconnected without an answer"))
+            return self._waiter
         self._limit = limit
         self._head_bytes = 0
         self._headers_done = self._complete = self._keep_alive = self._truncated = False
@@ -254,6 +257,7 @@ class Client:
         self._addresses = {}
         self._default_tls: ssl.SSLContext | None = None
         self._closed = False
+        self._sweep_at = 0.0
 
     def request(
         self,
@@ -299,17 +303,40 @@ class Client:
         try:
             if ready is not None:
                 await ready()
+                if conn.closed:  # the receiver closed it while we waited for our turn
+                    conn = await self._connect(*key)
             await conn.begin(request.data, limit)
         except BaseException:
             conn.close()  # a timeout or a failure: never reused mid-answer
             raise
         answer = conn.answer()
+        now = time.monotonic()
         if conn.reusable and not self._closed:
-            conn.idle_since = time.monotonic()
+            conn.idle_since = now
             self._idle.setdefault(key, []).append(conn)
         else:
             conn.close()
+        if now >= self._sweep_at:
+            self._sweep(now)
         return answer
+
+    def _sweep(self, now: float) -> None:
+        """Close the idle connections past :data:`IDLE_SECONDS` and forget the pools
+        left empty: a destination that is not sent to again keeps no socket."""
+        self._sweep_at = now + IDLE_SECONDS
+        for key in list(self._idle):
+            idle = self._idle[key]
+            kept = [c for c in idle if not c.closed and now - c.idle_since < IDLE_SECONDS]
+            for conn in idle:
+                if conn not in kept:
+                    conn.close()
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+        stale = [k for k, (until, _) in self._addresses.items() if until <= now]
+        for k in stale:
+            del self._addresses[k]
 
     def _tls(self) -> ssl.SSLContext:
         if self._default_tls is None:
