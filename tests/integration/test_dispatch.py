@@ -647,6 +647,30 @@ async def test_stop_starts_nothing_new_while_it_drains(
     assert h.rows("SELECT DISTINCT lease_owner FROM herald_deliveries") == [(None,)]
 
 
+async def one_destination(
+    harness_factory: HarnessFactory,
+    receivers: ReceiverFactory,
+    events: int,
+    *,
+    per_destination: int,
+    batch: int,
+) -> tuple[Harness, Receiver]:
+    """A harness of 4 slots with one webhook and ``events`` deliveries for it, relayed."""
+    h = await harness_factory(
+        delivery={
+            "max_concurrency": 4,
+            "max_per_tenant": 4,
+            "max_per_destination": per_destination,
+            "claim_batch_size": batch,
+        }
+    )
+    rx = await receivers()
+    await h.add_webhook(rx.url)
+    h.produce_many("a.b", [{"n": n} for n in range(events)])
+    assert await h.relay.run_once() == events
+    return h, rx
+
+
 async def test_new_attempts_wait_while_records_cannot_be_written(
     harness_factory: HarnessFactory, receivers: ReceiverFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -654,18 +678,7 @@ async def test_new_attempts_wait_while_records_cannot_be_written(
     cannot be written, at most ``max_concurrency`` attempts in flight and
     ``UNWRITTEN_FACTOR`` times as many finished ones wait for the database; nothing
     more goes out until they are written."""
-    h = await harness_factory(
-        delivery={
-            "max_concurrency": 4,
-            "max_per_tenant": 4,
-            "max_per_destination": 4,
-            "claim_batch_size": 64,
-        }
-    )
-    rx = await receivers()
-    await h.add_webhook(rx.url)
-    h.produce_many("a.b", [{"n": n} for n in range(30)])
-    assert await h.relay.run_once() == 30
+    h, rx = await one_destination(harness_factory, receivers, 30, per_destination=4, batch=64)
     writable = asyncio.Event()
     record_attempts = h.store.record_attempts
 
@@ -887,18 +900,7 @@ async def test_a_destination_that_drains_while_a_claim_skips_it_is_claimed_at_on
     runs, so the release that makes room comes before the claim loop waits. That wait
     must end at once, not after an idle poll: with one busy destination it was a claim
     a second (a sixth of the throughput benchmark's rate)."""
-    h = await harness_factory(
-        delivery={
-            "max_concurrency": 4,
-            "max_per_tenant": 4,
-            "max_per_destination": 1,
-            "claim_batch_size": 2,
-        }
-    )
-    rx = await receivers()
-    await h.add_webhook(rx.url)
-    h.produce_many("order.created", [{"i": i} for i in range(12)])
-    assert await h.relay.run_once() == 12
+    h, rx = await one_destination(harness_factory, receivers, 12, per_destination=1, batch=2)
     original = h.store.claim_due
     dispatcher = h.dispatcher(idle_poll=120.0)
     slow_skips = 0

@@ -259,7 +259,7 @@ async def test_an_idle_connection_past_its_time_is_closed_by_the_next_sweep(
 ) -> None:
     c = client()
     clock = [1000.0]
-    monkeypatch.setattr(http1.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("herald.adapters.http1.time.monotonic", lambda: clock[0])
     async with serving(replying(OK)) as quiet, serving(replying(OK)) as busy:
         await post(c, quiet.url)
         clock[0] += http1.IDLE_SECONDS + 1  # quiet's connection has idled too long
