@@ -498,7 +498,7 @@ class Statement:
 
 
 class _RecordingConnection:
-    """An aiosqlite connection that notes every statement (``execute``, and
+    """A connection of the SQLite store that notes every statement (``execute``, and
     ``execute_fetchall``, which the store's reads use) before passing it on."""
 
     def __init__(self, conn: Any, sent: list[Statement]) -> None:
@@ -507,14 +507,24 @@ class _RecordingConnection:
 
     def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> Any:
         self._sent.append(Statement(sql, tuple(parameters or ())))
-        return self._conn.execute(sql, parameters)
+        return self._conn.execute(sql, parameters or ())
 
     def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Any:
         self._sent.append(Statement(sql, tuple(parameters or ())))
-        return self._conn.execute_fetchall(sql, parameters)
+        return self._conn.execute_fetchall(sql, parameters or ())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+def _recording_method(method: Any, sent: list[Statement]) -> Any:
+    """``InThread``'s statement ``method``, noting each statement first."""
+
+    async def noted(self: Any, sql: str, parameters: Iterable[Any] | None = None) -> Any:
+        sent.append(Statement(sql, tuple(parameters or ())))
+        return await method(self, sql, parameters or ())
+
+    return noted
 
 
 @contextlib.asynccontextmanager
@@ -526,6 +536,7 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
     three connections of the store's dialect wrapped for the duration."""
     from herald.store.postgres import PostgresStore
     from herald.store.sqlite import SQLiteStore
+    from herald.store.sqlitethread import InThread
 
     sent: list[Statement] = []
     if isinstance(store, PostgresStore):
@@ -552,11 +563,17 @@ async def recording(store: Store) -> AsyncIterator[list[Statement]]:
         originals = {name: getattr(dialect, name) for name in names}
         for name, conn in originals.items():
             setattr(dialect, name, _RecordingConnection(conn, sent))
+        # A transaction body run in the writer's thread gets its statements there.
+        in_thread = {name: getattr(InThread, name) for name in ("execute", "execute_fetchall")}
+        for name, method in in_thread.items():
+            setattr(InThread, name, _recording_method(method, sent))
         try:
             yield sent
         finally:
             for name, conn in originals.items():
                 setattr(dialect, name, conn)
+            for name, method in in_thread.items():
+                setattr(InThread, name, method)
     else:
         raise TypeError(f"cannot record the statements of {type(store).__name__}")
 

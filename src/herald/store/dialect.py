@@ -9,9 +9,9 @@ statement is a named query of ``store/sql/queries.sql`` (both dialects') or
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from herald.model import OutboxRow
 from herald.store.queries import load_queries
@@ -19,6 +19,7 @@ from herald.store.queries import load_queries
 Conn: TypeAlias = Any
 """The connection a transaction yields (aiosqlite or asyncpg): only the dialect uses it."""
 Row: TypeAlias = Sequence[Any]
+T = TypeVar("T")
 
 
 class Claim(NamedTuple):
@@ -52,6 +53,12 @@ class Dialect(Protocol):
     def tx(self, *, atomic: bool = True) -> AbstractAsyncContextManager[Conn]:
         """A connection to write with, in a transaction unless ``atomic`` is False and
         the dialect can do without one; driver errors leave it as StorageError."""
+
+    async def transact(self, body: Callable[[Conn], Coroutine[Any, Any, T]]) -> T:
+        """``body(conn)`` in one write transaction, as ``tx()``'s. A body may await
+        nothing but this dialect's statements: SQLite runs it in its writer's thread
+        at one go (store.sqlitethread), without a round trip to the event loop
+        between statements. The engine's busy transactions are written so."""
 
     async def read(
         self, name: str, *args: Any, gauges: bool = False, parts: Mapping[str, str] | None = None

@@ -85,7 +85,8 @@ class EngineStore(StorePart):
         if self._outbox_idle and not await d.read("outbox_any"):
             return RelayPlan(), 0
         self._outbox_idle = False
-        async with d.tx() as c:
+
+        async def batch(c: Conn) -> tuple[RelayPlan, int]:
             if not await self._relay_fence(
                 c, ordered=ordered, destinations_version=destinations_version
             ):
@@ -101,6 +102,8 @@ class EngineStore(StorePart):
             await self._write_plan(c, plan, now, "herald")
             await d.execute(c, "relay_delete", *d.outbox_delete_args(rows))
             return plan, len(rows)
+
+        return await d.transact(batch)
 
     async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
         """Call ``callback`` when producers may have inserted outbox rows (PostgreSQL
@@ -174,10 +177,11 @@ class EngineStore(StorePart):
         of each such destination this claim met (destination id → the time before
         which claims skip it)."""
         d = self.dialect
-        async with d.tx() as c:
-            want = Claim(
-                now, limit, owner, lease_until, exclude_destinations, due_since, exclude_tenants
-            )
+        want = Claim(
+            now, limit, owner, lease_until, exclude_destinations, due_since, exclude_tenants
+        )
+
+        async def lease(c: Conn) -> tuple[list[Row], int, list[Row]]:
             # The flow lanes first, as far as their gates let (a few each): a common
             # backlog must not starve a rate that the receiver allows.
             lanes = await self._claim_lanes(c, want, gates)
@@ -187,15 +191,15 @@ class EngineStore(StorePart):
             if claimed:
                 claimed = await self._flow(c, claimed, want, gates)
             if not claimed:
-                return []
+                return [], 0, []
             # Every tenant's event of each id comes back: a delivery takes its tenant's.
-            events = {
-                (e.tenant_id, e.id): e
-                for e in map(
-                    event_from_row,
-                    await d.fetch(c, "events_by_id", list({r[6] for r in claimed})),
-                )
-            }
+            ids = list({r[6] for r in claimed})
+            return claimed, len(lanes), await d.fetch(c, "events_by_id", ids)
+
+        claimed, lanes, event_rows = await d.transact(lease)
+        if not claimed:
+            return []
+        events = {(e.tenant_id, e.id): e for e in map(event_from_row, event_rows)}
         return [
             DueDelivery(
                 r[0],
@@ -207,7 +211,7 @@ class EngineStore(StorePart):
                 r[7],
                 ordering_key=r[9],
                 owner=None if r[9] is None else owner,
-                flow_lane=i < len(lanes),
+                flow_lane=i < lanes,
             )
             for i, r in enumerate(claimed)
         ]
@@ -316,7 +320,8 @@ class EngineStore(StorePart):
         d = self.dialect
         now = time.time()
         every, must = destinations_of(records)
-        async with d.tx() as c:
+
+        async def record(c: Conn) -> Recorded:
             # Before any delivery row: the lock order is destination, then deliveries.
             states = {
                 str(r[0]): DestinationState(str(r[1]), int(r[2]), r[3])
@@ -369,6 +374,8 @@ class EngineStore(StorePart):
             # Last of all: the counters' rows are locked after every other row.
             await count_attempts(d, c, records)
             return recorded
+
+        return await d.transact(record)
 
     async def _signal(
         self,

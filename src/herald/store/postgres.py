@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import asyncpg
 import structlog
@@ -26,6 +26,8 @@ from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.queries import load_queries
 from herald.store.sqlstore import SQLStore, StoreOptions
+
+T = TypeVar("T")
 
 log = structlog.get_logger("herald.store")
 
@@ -166,6 +168,10 @@ class PostgresDialect(NamedQueries):
                     return
                 async with conn.transaction():
                     yield conn
+
+    async def transact(self, body: Callable[[asyncpg.Connection], Coroutine[Any, Any, T]]) -> T:
+        async with self.tx() as conn:
+            return await body(conn)
 
     async def read(
         self, name: str, *args: Any, gauges: bool = False, parts: Mapping[str, str] | None = None

@@ -12,10 +12,10 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import aiosqlite
 import structlog
@@ -27,6 +27,7 @@ from herald.store.base import check_migrations, load_migrations
 from herald.store.dialect import Claim, NamedQueries, Row
 from herald.store.fswatch import FileWatch
 from herald.store.queries import load_queries
+from herald.store.sqlitethread import InThread, ThreadConnection
 from herald.store.sqlstore import SQLStore, StoreOptions
 from herald.timeutil import parse_timestamp
 
@@ -42,6 +43,10 @@ QUIET_LOOK_SECONDS = 0.05
 RELOOK_FIRST_SECONDS = 0.002
 
 log = structlog.get_logger("herald.store")
+T = TypeVar("T")
+
+# What writes: the writer connection, or a transaction body in its thread.
+Writing = ThreadConnection | InThread
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -69,7 +74,8 @@ class SQLiteDialect(NamedQueries):
         self._busy_ms = int(busy_timeout * 1000)
         super().__init__()
         self._lists = frozenset(name for name, sql in self._q.items() if "{ids}" in sql)
-        self._w: aiosqlite.Connection | None = None
+        # The writer runs whole transactions in its thread (store.sqlitethread).
+        self._w: ThreadConnection | None = None
         self._r: aiosqlite.Connection | None = None
         # The gauges' counts (``herald_deliveries_pending`` and the like) take 0.1 s at
         # a million scheduled retries: on their own connection, so the claims and the
@@ -103,7 +109,7 @@ class SQLiteDialect(NamedQueries):
             if self.path.parent != Path():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             _create_private(self.path)
-            self._w = await self._connect()
+            self._w = await ThreadConnection.connect(self.path, pragmas=self._pragmas())
             await self._w.execute("PRAGMA journal_mode=WAL")
             await self._migrate(self._w)
             self._r = await self._connect()
@@ -112,13 +118,16 @@ class SQLiteDialect(NamedQueries):
             await self.close()
             raise
 
+    def _pragmas(self) -> tuple[str, ...]:
+        # NORMAL in WAL mode survives a process crash; only an OS crash can drop
+        # the last commits, which at-least-once redelivery then covers.
+        return (f"PRAGMA busy_timeout={self._busy_ms}", "PRAGMA synchronous=NORMAL")
+
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:
-            await conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-            # NORMAL in WAL mode survives a process crash; only an OS crash can drop
-            # the last commits, which at-least-once redelivery then covers.
-            await conn.execute("PRAGMA synchronous=NORMAL")
+            for pragma in self._pragmas():
+                await conn.execute(pragma)
         except BaseException:
             # SQLite opens the file lazily, so a read-only or missing directory fails
             # here; the connection's worker thread must not keep the process alive.
@@ -139,7 +148,7 @@ class SQLiteDialect(NamedQueries):
                     await conn.close()
         self._g = self._r = self._w = None
 
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
+    async def _migrate(self, db: ThreadConnection) -> None:
         # Everything, the bookkeeping table included, under the write lock: two
         # processes opening a new file at once must queue, not fail with "locked".
         await db.execute("BEGIN IMMEDIATE")
@@ -165,8 +174,10 @@ class SQLiteDialect(NamedQueries):
         return conn
 
     @property
-    def _writer(self) -> aiosqlite.Connection:
-        return self._conn(self._w)
+    def _writer(self) -> ThreadConnection:
+        if self._w is None:
+            raise StorageError("the store is not open")
+        return self._w
 
     @property
     def _reader(self) -> aiosqlite.Connection:
@@ -184,16 +195,12 @@ class SQLiteDialect(NamedQueries):
 
     # --- statements -------------------------------------------------------
     @asynccontextmanager
-    async def tx(self, *, atomic: bool = True) -> AsyncIterator[aiosqlite.Connection]:
+    async def tx(self, *, atomic: bool = True) -> AsyncIterator[ThreadConnection]:
         # ``atomic`` aside: every write, even of one statement, takes the write lock.
         with _storage_errors():
             async with self._write_lock:
                 db = self._writer
-                if db.in_transaction:
-                    # A BEGIN whose task was cancelled while it waited for the lock still
-                    # ran in the connection's thread: nobody owns that transaction.
-                    await db.execute("ROLLBACK")
-                await db.execute("BEGIN IMMEDIATE")
+                await db.begin()
                 try:
                     yield db
                 except BaseException:
@@ -208,6 +215,13 @@ class SQLiteDialect(NamedQueries):
                     with suppress(sqlite3.Error):
                         await db.execute("ROLLBACK")
                     raise
+
+    async def transact(self, body: Callable[[InThread], Coroutine[Any, Any, T]]) -> T:
+        """``body`` in one write transaction, run in the writer's thread in one call:
+        no round trip to the event loop between its statements (store.sqlitethread)."""
+        with _storage_errors():
+            async with self._write_lock:
+                return await self._writer.transaction(body)
 
     def _sql(self, name: str, args: Sequence[Any]) -> tuple[str, Sequence[Any]]:
         sql = self._q[name]
@@ -226,30 +240,29 @@ class SQLiteDialect(NamedQueries):
             return await self._rows(self._gauges if gauges else self._reader, sql, params)
 
     @staticmethod
-    async def _rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Row]:
+    async def _rows(
+        db: aiosqlite.Connection | Writing, sql: str, params: Sequence[Any]
+    ) -> list[Row]:
         # Stepped, fetched and finalised in one call on the connection's thread: a
         # cancel between an execute and its fetch would leave the statement open,
         # and with it the read snapshot the connection's next reads would see.
         return list(await db.execute_fetchall(sql, params))
 
-    async def execute(self, conn: aiosqlite.Connection, name: str, *args: Any) -> int:
-        cur = await conn.execute(*self._sql(name, args))
-        return cur.rowcount
+    async def execute(self, conn: Writing, name: str, *args: Any) -> int:
+        return await conn.execute(*self._sql(name, args))
 
-    async def fetch(self, conn: aiosqlite.Connection, name: str, *args: Any) -> list[Row]:
+    async def fetch(self, conn: Writing, name: str, *args: Any) -> list[Row]:
         return await self._rows(conn, *self._sql(name, args))
 
-    async def fetchrow(self, conn: aiosqlite.Connection, name: str, *args: Any) -> Row | None:
+    async def fetchrow(self, conn: Writing, name: str, *args: Any) -> Row | None:
         rows = await self.fetch(conn, name, *args)
         return rows[0] if rows else None
 
-    async def fetchval(self, conn: aiosqlite.Connection, name: str, *args: Any) -> Any:
+    async def fetchval(self, conn: Writing, name: str, *args: Any) -> Any:
         rows = await self.fetch(conn, name, *args)
         return rows[0][0] if rows else None
 
-    async def insert_many(
-        self, conn: aiosqlite.Connection, name: str, rows: Sequence[tuple[Any, ...]]
-    ) -> None:
+    async def insert_many(self, conn: Writing, name: str, rows: Sequence[tuple[Any, ...]]) -> None:
         # One prepared statement stepped per row, in-process: as fast as SQLite inserts.
         await self.executemany(conn, name, rows)
 
@@ -354,7 +367,7 @@ class SQLiteDialect(NamedQueries):
             conn.close()
 
     # --- operations whose algorithm differs -------------------------------
-    async def claim(self, conn: aiosqlite.Connection, want: Claim) -> list[Row]:
+    async def claim(self, conn: Writing, want: Claim) -> list[Row]:
         where = ""
         params: list[Any] = [want.now]
         if want.due_since is not None:
@@ -372,7 +385,7 @@ class SQLiteDialect(NamedQueries):
         return await self._lease(conn, want, await self._rows(conn, sql, (*params, want.limit)))
 
     async def claim_flow(
-        self, conn: aiosqlite.Connection, want: Claim, takes: Sequence[tuple[str, int]]
+        self, conn: Writing, want: Claim, takes: Sequence[tuple[str, int]]
     ) -> list[Row]:
         # One index probe per destination (herald_deliveries_flow), then one lease.
         where = ""
@@ -384,9 +397,7 @@ class SQLiteDialect(NamedQueries):
             claimed += await self._rows(conn, sql, (want.now, dest_id, n, *want.exclude_tenants))
         return await self._lease(conn, want, claimed)
 
-    async def _lease(
-        self, conn: aiosqlite.Connection, want: Claim, claimed: list[Row]
-    ) -> list[Row]:
+    async def _lease(self, conn: Writing, want: Claim, claimed: list[Row]) -> list[Row]:
         """Lease the rows a claim selected to ``want.owner``; returns them."""
         if claimed:
             ids = [r[0] for r in claimed]
@@ -394,22 +405,20 @@ class SQLiteDialect(NamedQueries):
         return claimed
 
     async def lock_for_attempts(
-        self, conn: aiosqlite.Connection, every: Sequence[str], must: Sequence[str]
+        self, conn: Writing, every: Sequence[str], must: Sequence[str]
     ) -> list[Row]:
         # The write lock is the only lock: every live destination's state, as it is.
         if not every:
             return []
         return await self.fetch(conn, "signal_state", list(every))
 
-    async def heartbeat(self, conn: aiosqlite.Connection, row: tuple[Any, ...]) -> bool:
+    async def heartbeat(self, conn: Writing, row: tuple[Any, ...]) -> bool:
         if await self.execute(conn, "heartbeat_update", row[5], row[0]):
             return True
         await self.execute(conn, "heartbeat_insert", *row)
         return False
 
-    async def reap(
-        self, conn: aiosqlite.Connection, *, stale_before: float, now: float
-    ) -> dict[str, int]:
+    async def reap(self, conn: Writing, *, stale_before: float, now: float) -> dict[str, int]:
         reaped: dict[str, int] = {}
         for (instance_id,) in await self.fetch(conn, "reap_select", stale_before):
             reaped[instance_id] = await self.execute(conn, "release_leases", now, instance_id)
@@ -417,7 +426,7 @@ class SQLiteDialect(NamedQueries):
         return reaped
 
     async def purge_deliveries(
-        self, conn: aiosqlite.Connection, ids: list[str], *, before: float, limit: int
+        self, conn: Writing, ids: list[str], *, before: float, limit: int
     ) -> None:
         if ids:
             await self.execute(conn, "purge_deliveries", ids)
