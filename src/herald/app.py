@@ -200,7 +200,7 @@ class Daemon:
                 comp.store,
                 owner=self.owner,
                 batch_size=s.relay.batch_size,
-                poll_interval=s.relay.poll_interval_seconds,
+                poll_interval=source.poll_interval_seconds,
                 idle_poll=s.relay.idle_poll_seconds,
                 on_state=self._source_state,
                 on_error=lambda name: self.metrics.source_failed(),

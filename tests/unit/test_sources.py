@@ -51,6 +51,8 @@ def test_sources_from_the_file_and_masked(tmp_path: Path) -> None:
         "type",
     )
     assert local.dialect == "sqlite"
+    # A source polls at its own pace, not at the relay's (a look at a file's version).
+    assert (shop.poll_interval_seconds, s.relay.poll_interval_seconds) == (0.02, 0.005)
     shown = json.dumps(masked(s))
     assert "secret" not in shown
     assert "mysql://app:********@db:3306/shop" in shown
@@ -77,6 +79,7 @@ def test_sources_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"columns": {"payload": "data"}}, "'payload' is not an outbox column"),
         ({"columns": {"id": ""}}, "the id column cannot be left out"),
         ({"columns": {"data": "pay load"}}, "is not a plain SQL name"),
+        ({"poll_interval_seconds": 0}, "greater than 0"),
     ],
 )
 def test_a_wrong_source_is_refused_naming_the_key(

@@ -198,7 +198,7 @@ class DeliverySettings(Section):
 
 class RelaySettings(Section):
     batch_size: int = Field(default=500, ge=1, le=10_000)
-    poll_interval_seconds: float = Field(default=0.02, gt=0, le=60)
+    poll_interval_seconds: float = Field(default=0.005, gt=0, le=60)
     idle_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     max_payload_bytes: int = Field(default=1_048_576, ge=1024)
 

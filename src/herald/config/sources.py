@@ -53,6 +53,10 @@ class SourceSettings(Section):
     """Herald's column name -> the table's, for a table with other names; ``""`` for an
     optional column the table lacks (``tenant_id``, ``created_at``, ``traceparent``,
     ``ordering_key``)."""
+    poll_interval_seconds: float = Field(default=0.02, gt=0, le=60)
+    """While rows arrive, a read of the source at most this often (counted from the
+    last read's start); a query on the producer's database each time, so kept apart
+    from the relay's own ``poll_interval_seconds`` (a look at a file's version)."""
 
     @field_validator("name")
     @classmethod

@@ -39,7 +39,9 @@ from herald.timeutil import parse_timestamp
 # with inotify an idle daemon does not look at all; docs/performance.md).
 QUIET_AFTER_SECONDS = 1.0
 QUIET_LOOK_SECONDS = 0.05
-# After a write to the database's files, the first look for its commit.
+# After a write to the database's files, the first look for its commit; the next
+# ones twice as far apart each, up to QUIET_LOOK_SECONDS (or the poll interval, if
+# longer), for QUIET_AFTER_SECONDS.
 RELOOK_FIRST_SECONDS = 0.002
 
 log = structlog.get_logger("herald.store")
@@ -341,6 +343,7 @@ class SQLiteDialect(NamedQueries):
                     quiet_since = now
                     callback()
                 if watch is not None:
+                    relooking: float | None = None
                     if changed:
                         # At most one look per ``every`` however busy the writers:
                         # their writes meanwhile end the next wait at once.
@@ -348,11 +351,17 @@ class SQLiteDialect(NamedQueries):
                     elif now - written_at < QUIET_AFTER_SECONDS:
                         # A writer writes the -wal (and syncs it) before it publishes
                         # the commit in the shared-memory index, which inotify does
-                        # not see: look again soon, then less often, for a second.
-                        await asyncio.sleep(relook)
-                        relook = min(relook * 2, every)
+                        # not see: look again soon, then less often, for a second
+                        # (the relay's own writes and the heartbeats' come here too),
+                        # and at once on the next write.
+                        relooking = relook
+                        relook = min(relook * 2, max(every, QUIET_LOOK_SECONDS))
+                    try:
+                        async with asyncio.timeout(relooking):
+                            written = await watch.written()
+                    except TimeoutError:
                         continue
-                    if await watch.written():
+                    if written:
                         written_at = time.monotonic()
                         relook = RELOOK_FIRST_SECONDS
                         continue
