@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import time
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from ssl import SSLContext
 from types import SimpleNamespace
@@ -287,15 +287,11 @@ async def post(
             )
             note_exchange(Exchange("POST", url, sent, answered, omitted))
             excerpt = await read_excerpt(resp)
-            status = resp.status
-            retry_after = None
-            if status in (429, 503) and (value := resp.headers.get("Retry-After")):
-                retry_after = parse_retry_after(value, now=time.time())
+            return status_result(resp.status, excerpt=excerpt, header=resp.headers.get)
     except (EgressDenied, aiohttp.ClientError) as exc:
         failed = failure(exc)
         assert failed is not None
         return failed
-    return status_result(status, excerpt=excerpt, retry_after=retry_after)
 
 
 async def post_direct(
@@ -328,18 +324,20 @@ async def post_direct(
         return Result.retryable(str(exc))
     answered, omitted = kept_headers(answer.headers, MASKED_RESPONSE_HEADERS, limit=KEPT_HEADERS)
     note_exchange(Exchange("POST", url, sent, answered, omitted))
-    status = answer.status
-    retry_after = None
-    if status in (429, 503) and (value := answer.header("Retry-After")):
-        retry_after = parse_retry_after(value, now=time.time())
     excerpt = answer.body.decode("utf-8", "replace") if answer.body else None
-    return status_result(status, excerpt=excerpt, retry_after=retry_after)
+    return status_result(answer.status, excerpt=excerpt, header=answer.header)
 
 
-def status_result(status: int, *, excerpt: str | None, retry_after: float | None) -> Result:
-    """The outcome of an HTTP status, the same for every HTTP type."""
+def status_result(
+    status: int, *, excerpt: str | None, header: Callable[[str], str | None]
+) -> Result:
+    """The outcome of an HTTP answer, the same for every HTTP type and client;
+    ``header`` reads one of its headers (``Retry-After``, of a 429 or a 503)."""
     if 200 <= status < 300:
         return Result.success(status=status, excerpt=excerpt)
+    retry_after = None
+    if status in (429, 503) and (value := header("Retry-After")):
+        retry_after = parse_retry_after(value, now=time.time())
     error = f"HTTP {status}"
     if 300 <= status < 400:
         return Result.permanent(
@@ -379,7 +377,8 @@ class HTTPAdapter(Adapter, Generic[P]):
         super().__init__(ctx)
         self._sessions: list[aiohttp.ClientSession] = []
         self._clients: list[Client] = []
-        self._turn = 0
+        self._session_turn = self._client_turn = 0
+        """Which source address the next session (or client) request goes from."""
         self.prepared: PerDestination[P] = PerDestination(self.prepare, expires=self.expires)
 
     @property
@@ -421,8 +420,8 @@ class HTTPAdapter(Adapter, Generic[P]):
                 )
                 for address in self.source_addresses()
             ]
-        self._turn = (self._turn + 1) % len(self._sessions)
-        return self._sessions[self._turn]
+        self._session_turn = (self._session_turn + 1) % len(self._sessions)
+        return self._sessions[self._session_turn]
 
     def client(self) -> Client:
         """A lean client (:mod:`herald.adapters.http1`) for the POSTs that go direct,
@@ -436,8 +435,8 @@ class HTTPAdapter(Adapter, Generic[P]):
                 )
                 for address in self.source_addresses()
             ]
-        self._turn = (self._turn + 1) % len(self._clients)
-        return self._clients[self._turn]
+        self._client_turn = (self._client_turn + 1) % len(self._clients)
+        return self._clients[self._client_turn]
 
     async def send(
         self,
