@@ -39,6 +39,18 @@ class Entry:
     """Its payload filter, compiled; None: every event of its types."""
 
 
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What one refresh loaded, published at once: the relay plans a batch in SQLite's
+    writer thread (store.sqlitethread) while a refresh may run on the event loop, and
+    must never see one load's index beside another's entries."""
+
+    entries: dict[str, Entry]
+    index: dict[str, SubscriptionIndex[str]]
+    types: dict[tuple[str, str], Validator | None]
+    """(tenant, type) of every catalog entry → its compiled schema (None: any data)."""
+
+
 class Catalog:
     def __init__(
         self, store: Store, registry: Registry, *, require_known_types: bool = False
@@ -47,11 +59,8 @@ class Catalog:
         self._registry = registry
         self.require_known_types = require_known_types
         """``catalog.require_known_types``: a type outside the tenant's catalog is refused."""
-        self._types: dict[tuple[str, str], Validator | None] = {}
-        """(tenant, type) of every catalog entry → its compiled schema (None: any data)."""
         self._version = -1
-        self._entries: dict[str, Entry] = {}
-        self._index: dict[str, SubscriptionIndex[str]] = {}
+        self._view = _View({}, {}, {})
         # One refresh at a time: an older read finishing after a newer one would put
         # stale destinations (say, a secret from before a rotation) back in place.
         self._refreshing = asyncio.Lock()
@@ -66,7 +75,7 @@ class Catalog:
 
     def rate_limited(self, destination_id: str) -> bool:
         """Whether the destination has a rate limit (as loaded)."""
-        entry = self._entries.get(destination_id)
+        entry = self._view.entries.get(destination_id)
         return entry is not None and entry.dest.rate_limit_per_second is not None
 
     @property
@@ -86,7 +95,7 @@ class Catalog:
         entries: dict[str, Entry] = {}
         index: dict[str, SubscriptionIndex[str]] = {}
         for dest in dests:
-            old = self._entries.get(dest.id)
+            old = self._view.entries.get(dest.id)
             if old is not None and old.dest.updated_at == dest.updated_at:
                 entry = Entry(dest, old.adapter, old.config, old.error, old.filter)
             else:
@@ -95,15 +104,15 @@ class Catalog:
                     await old.adapter.forget(dest.id)
             entries[dest.id] = entry
             index.setdefault(dest.tenant_id, SubscriptionIndex()).add(dest.id, dest.events)
-        for gone in self._entries.keys() - entries.keys():
-            await self._entries[gone].adapter.forget(gone)
+        for gone in self._view.entries.keys() - entries.keys():
+            await self._view.entries[gone].adapter.forget(gone)
         types = {
             (t.tenant_id, t.type): None
             if t.schema is None
             else validator_for(schema_text(t.schema))
             for t in await self._store.all_event_types()
         }
-        self._entries, self._index, self._types = entries, index, types
+        self._view = _View(entries, index, types)
         self.ordered = any(e.dest.ordering == "key" for e in entries.values())
         self._version = version
         return True
@@ -126,7 +135,7 @@ class Catalog:
         return Entry(dest, adapter, config, filter=payload_filter)
 
     def get(self, dest_id: str) -> Entry | None:
-        return self._entries.get(dest_id)
+        return self._view.entries.get(dest_id)
 
     def behind(self, item: DueDelivery) -> bool:
         """Whether this view is older than ``item`` needs: its destination is missing
@@ -135,7 +144,7 @@ class Catalog:
         A ping that verifies a new target must go to that target: sent to the old one
         from a stale view, it would activate a destination nobody has verified. The
         ping's event is stamped with the change's ``updated_at`` (the service's doing)."""
-        entry = self._entries.get(item.destination_id)
+        entry = self._view.entries.get(item.destination_id)
         if entry is None:
             return True
         return (
@@ -143,10 +152,11 @@ class Catalog:
         )
 
     def subscribers(self, tenant_id: str, event_type: str) -> list[Entry]:
-        index = self._index.get(tenant_id)
+        view = self._view
+        index = view.index.get(tenant_id)
         if index is None:
             return []
-        return [self._entries[d] for d in sorted(index.match(event_type))]
+        return [view.entries[d] for d in sorted(index.match(event_type))]
 
     def violations(self, tenant_id: str, event_type: str, data: Any) -> list[tuple[str, str]]:
         """How ``data`` breaks the schema of the tenant's type: ``(data.<path>, message)``
@@ -154,11 +164,12 @@ class Catalog:
         outside the catalog is one violation at ``type`` when
         :attr:`require_known_types` (Herald's own types are always known)."""
         key = (tenant_id, event_type)
-        if key not in self._types:
+        types = self._view.types
+        if key not in types:
             if self.require_known_types and not is_operational(event_type):
                 return [("type", f"{event_type} is not in the tenant's event-type catalog")]
             return []
-        validator = self._types[key]
+        validator = types[key]
         return [] if validator is None else violations(validator, data)
 
     def refusal(self, event: Event) -> tuple[str, str] | None:
@@ -166,9 +177,10 @@ class Catalog:
         type's schema (``schema_mismatch``, the first violation), or its type is unknown
         under ``require_known_types`` (``unknown_type``)."""
         key = (event.tenant_id, event.type)
-        validator = self._types.get(key)
+        types = self._view.types
+        validator = types.get(key)
         if validator is None:
-            if key in self._types or not self.require_known_types:
+            if key in types or not self.require_known_types:
                 return None
             problems = self.violations(event.tenant_id, event.type, None)
             return ("unknown_type", problems[0][1]) if problems else None
@@ -192,4 +204,4 @@ class Catalog:
         return wanted, filtered
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._view.entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 __all__ = ["ALPHABET", "id_timestamp", "is_valid_id", "new_id"]
@@ -22,6 +23,14 @@ _ALPHABET_SET = frozenset(ALPHABET)
 
 _last_ms = -1
 _last_rand = 0
+# new_id runs on the event loop and in SQLite's writer thread (the relay's plan,
+# store.sqlitethread): the last id's state is read and moved on under a lock.
+_lock = threading.Lock()
+# Randomness read from the system 4 KiB at a time (one system call per 409 ids, not
+# one per id), and forgotten in a forked child, which must never repeat its parent's.
+_RANDOM_CHUNK = 4096
+_pool = b""
+_pool_at = 0
 _last_time_text = ""
 
 
@@ -44,28 +53,52 @@ def _encode_random(r: int) -> str:
     )
 
 
+def _random80() -> int:
+    """80 random bits from the system's CSPRNG (called under ``_lock``)."""
+    global _pool, _pool_at
+    at = _pool_at
+    if at + 10 > len(_pool):
+        _pool, at = os.urandom(_RANDOM_CHUNK), 0
+    _pool_at = at + 10
+    return int.from_bytes(_pool[at : at + 10], "big")
+
+
+def _forget_in_child() -> None:
+    """After a fork: the parent's unread randomness and last id are not ours to reuse."""
+    global _pool, _pool_at, _last_ms, _last_rand, _lock
+    _lock = threading.Lock()
+    _pool, _pool_at = b"", 0
+    _last_ms, _last_rand = -1, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def new_id(prefix: str) -> str:
-    """A new id: ``prefix`` + 48-bit ms timestamp + 80 random bits, strictly increasing."""
+    """A new id: ``prefix`` + 48-bit ms timestamp + 80 random bits, strictly increasing
+    within the process (whichever thread asks)."""
     global _last_ms, _last_rand, _last_time_text
-    ms = time.time_ns() // 1_000_000
-    if ms > _last_ms:
-        rand = int.from_bytes(os.urandom(10), "big")
-    elif _last_rand < _RANDOM_MAX:
-        # Same millisecond, or the clock stepped back: stay on the last timestamp and
-        # count up so ids keep sorting in creation order.
-        ms = _last_ms
-        rand = _last_rand + 1
-    else:
-        # 2**80 ids in one millisecond cannot happen by chance; borrow the next one.
-        ms = _last_ms + 1
-        rand = int.from_bytes(os.urandom(10), "big")
-    if ms != _last_ms:
-        if ms > _TIME_MAX:
-            raise OverflowError("timestamp does not fit in 48 bits")
-        _last_time_text = _encode_time(ms)
-        _last_ms = ms
-    _last_rand = rand
-    return prefix + _last_time_text + _encode_random(rand)
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            rand = _random80()
+        elif _last_rand < _RANDOM_MAX:
+            # Same millisecond, or the clock stepped back: stay on the last timestamp and
+            # count up so ids keep sorting in creation order.
+            ms = _last_ms
+            rand = _last_rand + 1
+        else:
+            # 2**80 ids in one millisecond cannot happen by chance; borrow the next one.
+            ms = _last_ms + 1
+            rand = _random80()
+        if ms != _last_ms:
+            if ms > _TIME_MAX:
+                raise OverflowError("timestamp does not fit in 48 bits")
+            _last_time_text = _encode_time(ms)
+            _last_ms = ms
+        _last_rand = rand
+        return prefix + _last_time_text + _encode_random(rand)
 
 
 def is_valid_id(id_: str, prefix: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -46,12 +48,15 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch, millis: list[int]) -> None:
 
 
 def fake_random(monkeypatch: pytest.MonkeyPatch, chunks: list[bytes]) -> None:
+    """Make each read of randomness give the next chunk (of 10 bytes: one id's)."""
     supply = iter(chunks)
 
     def urandom(n: int) -> bytes:
         return next(supply)
 
     monkeypatch.setattr(ids, "os", SimpleNamespace(urandom=urandom))
+    monkeypatch.setattr(ids, "_pool", b"")
+    monkeypatch.setattr(ids, "_pool_at", 0)
 
 
 def test_alphabet_is_lowercase_crockford() -> None:
@@ -202,3 +207,41 @@ def test_id_timestamp_of_known_value() -> None:
     # 10 characters of time: "01m80ape1p" decoded by hand with the reference decoder.
     body = "01m80ape1p8n1dtdw2d1maaqkq"
     assert id_timestamp("evt_" + body, "evt_") == (reference_decode(body) >> 80) / 1000
+
+
+def test_ids_from_several_threads_are_all_distinct_and_each_threads_increase() -> None:
+    """The relay plans in SQLite's writer thread while the event loop makes ids too."""
+    made: list[list[str]] = [[] for _ in range(4)]
+
+    def make(out: list[str]) -> None:
+        for _ in range(5000):
+            out.append(new_id("dlv_"))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for out in made for i in out]
+    assert len(set(every)) == len(every)
+    for out in made:
+        assert out == sorted(out)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    """Randomness is read ahead: a child must not take what its parent will."""
+    new_id("x_")  # the parent has randomness read ahead, and a last id
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, " ".join(new_id("x_") for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    mine = {new_id("x_")[-16:] for _ in range(50)}
+    with os.fdopen(read, "rb") as pipe:
+        theirs = {i[-16:] for i in pipe.read().decode().split()}
+    os.waitpid(pid, 0)
+    assert len(theirs) == 50
+    assert not mine & theirs
