@@ -1,8 +1,9 @@
-"""SQLite through aiosqlite: WAL mode, one writer connection, two readers.
+"""SQLite: WAL mode, one writer connection on a thread of its own, two readers.
 
 SQLite allows one writer at a time, so every write goes through a single
-connection and each write operation is one short ``BEGIN IMMEDIATE``
-transaction; the API reads on a second connection, which WAL lets run beside it.
+connection (``store.sqlitethread``: the engine's busy transactions run there whole)
+and each write operation is one short ``BEGIN IMMEDIATE`` transaction; reads go
+through aiosqlite on two connections of their own, which WAL lets run beside it.
 """
 
 from __future__ import annotations
