@@ -17,6 +17,7 @@ import structlog
 from herald import tracing
 from herald.adapters.base import Result, noting_exchange, waiting_turn
 from herald.catalog import Catalog
+from herald.deadlines import Deadline
 from herald.flow import Pacers
 from herald.ids import new_id
 from herald.model import (
@@ -45,7 +46,7 @@ _PACERS = Pacers()
 
 
 def _turn(
-    dest: Destination, item: DueDelivery, deadline: asyncio.Timeout
+    dest: Destination, item: DueDelivery, deadline: Deadline
 ) -> Callable[[], Awaitable[None]] | None:
     """What a request of this attempt waits for before it goes out: its place in the
     destination's rate (event deliveries only: the pings pass the limit). The wait is
@@ -94,7 +95,7 @@ async def attempt(
         try:
             # What went out is noted as it goes: a timeout still leaves the request.
             with noting_exchange() as noted:
-                async with asyncio.timeout(entry.adapter.timeout) as deadline:
+                async with Deadline.after(entry.adapter.timeout) as deadline:
                     with waiting_turn(_turn(entry.dest, item, deadline)):
                         result = await entry.adapter.deliver(entry.dest, entry.config, event)
         except TimeoutError:

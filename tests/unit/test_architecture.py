@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.metrics",
         "herald.tracing",
         "herald.audit",
+        "herald.deadlines",
     ),
     # Rules: the settings, the retry schedule, secrets, signing, matching, egress, row
     # parsing, what recorded attempts signal, the dispatcher's slot arithmetic, flow control.

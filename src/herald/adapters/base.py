@@ -16,8 +16,7 @@ from __future__ import annotations
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, final
@@ -260,17 +259,23 @@ class Result:
 _noted: ContextVar[list[Exchange] | None] = ContextVar("herald_exchange", default=None)
 
 
-@contextmanager
-def noting_exchange() -> Iterator[list[Exchange]]:
+class noting_exchange:  # lower case: used as a function, ``with noting_exchange() as noted``
     """Inside, what an HTTP adapter puts on the wire is noted in the list yielded (the
     latest only): the engine's record keeps it even when its deadline cancels the
-    attempt after the request went out, which a :class:`Result` could not carry."""
-    box: list[Exchange] = []
-    token = _noted.set(box)
-    try:
-        yield box
-    finally:
-        _noted.reset(token)
+    attempt after the request went out, which a :class:`Result` could not carry.
+    (A class, not a generator: it wraps every attempt.)"""
+
+    __slots__ = ("_box", "_token")
+
+    def __init__(self) -> None:
+        self._box: list[Exchange] = []
+
+    def __enter__(self) -> list[Exchange]:
+        self._token = _noted.set(self._box)
+        return self._box
+
+    def __exit__(self, *exc: object) -> None:
+        _noted.reset(self._token)
 
 
 def note_exchange(exchange: Exchange) -> None:
@@ -284,15 +289,20 @@ def note_exchange(exchange: Exchange) -> None:
 _wire: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("herald_wire", default=None)
 
 
-@contextmanager
-def waiting_turn(turn: Callable[[], Awaitable[None]] | None) -> Iterator[None]:
+class waiting_turn:  # lower case: used as a function, ``with waiting_turn(turn)``
     """Inside, :func:`on_the_wire` awaits ``turn`` (once) before a request is written:
     the engine's pacing of a rate-limited destination (``herald.flow.Pacer``)."""
-    token = _wire.set(turn)
-    try:
-        yield
-    finally:
-        _wire.reset(token)
+
+    __slots__ = ("_token", "_turn")
+
+    def __init__(self, turn: Callable[[], Awaitable[None]] | None) -> None:
+        self._turn = turn
+
+    def __enter__(self) -> None:
+        self._token = _wire.set(self._turn)
+
+    def __exit__(self, *exc: object) -> None:
+        _wire.reset(self._token)
 
 
 async def on_the_wire() -> None:
