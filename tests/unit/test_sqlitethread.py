@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,40 +70,37 @@ async def test_a_body_commits_in_the_connections_thread_at_one_go(
     assert not writer.in_transaction
 
 
-async def test_a_body_that_raises_leaves_nothing_and_the_error_comes_back(
-    writer: ThreadConnection, tmp_path: Path
+async def _raises(c: InThread) -> None:
+    await c.execute("INSERT INTO t VALUES (1, 'a')")
+    raise LookupError("the plan failed")
+
+
+async def _suspends(c: InThread) -> None:
+    await c.execute("INSERT INTO t VALUES (1, 'a')")
+    await asyncio.sleep(0)  # not a statement: it would need the event loop
+
+
+async def _breaks_a_key(c: InThread) -> None:
+    await c.execute("INSERT INTO t VALUES (1, 'a')")
+    await c.execute("INSERT INTO t VALUES (1, 'b')")  # the same key
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "message"),
+    [
+        (_raises, LookupError, "the plan failed"),  # and the error comes back
+        (_suspends, RuntimeError, "tried to suspend"),  # refused
+        (_breaks_a_key, sqlite3.IntegrityError, "UNIQUE constraint failed"),
+    ],
+)
+async def test_a_body_that_fails_leaves_nothing_and_no_open_transaction(
+    writer: ThreadConnection,
+    tmp_path: Path,
+    body: Callable[[InThread], Coroutine[Any, Any, None]],
+    error: type[Exception],
+    message: str,
 ) -> None:
-    async def body(c: InThread) -> None:
-        await c.execute("INSERT INTO t VALUES (1, 'a')")
-        raise LookupError("the plan failed")
-
-    with pytest.raises(LookupError, match="the plan failed"):
-        await writer.transaction(body)
-    assert rows(tmp_path / "w.db") == []
-    assert not writer.in_transaction
-
-
-async def test_a_body_that_awaits_anything_else_is_refused_and_rolled_back(
-    writer: ThreadConnection, tmp_path: Path
-) -> None:
-    async def body(c: InThread) -> None:
-        await c.execute("INSERT INTO t VALUES (1, 'a')")
-        await asyncio.sleep(0)  # not a statement: it would need the event loop
-
-    with pytest.raises(RuntimeError, match="tried to suspend"):
-        await writer.transaction(body)
-    assert rows(tmp_path / "w.db") == []
-    assert not writer.in_transaction
-
-
-async def test_a_statement_error_rolls_the_body_back(
-    writer: ThreadConnection, tmp_path: Path
-) -> None:
-    async def body(c: InThread) -> None:
-        await c.execute("INSERT INTO t VALUES (1, 'a')")
-        await c.execute("INSERT INTO t VALUES (1, 'b')")  # the same key
-
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(error, match=message):
         await writer.transaction(body)
     assert rows(tmp_path / "w.db") == []
     assert not writer.in_transaction

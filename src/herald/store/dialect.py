@@ -17,7 +17,8 @@ from herald.model import OutboxRow
 from herald.store.queries import load_queries
 
 Conn: TypeAlias = Any
-"""The connection a transaction yields (aiosqlite or asyncpg): only the dialect uses it."""
+"""The connection a transaction yields (SQLite's writer, or a body's view of it in the
+writer's thread, store.sqlitethread; asyncpg's): only the dialect uses it."""
 Row: TypeAlias = Sequence[Any]
 T = TypeVar("T")
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from herald.model import DEFAULT_TENANT, OutboxRow, RelayPlan
 from herald.store.base import RelayProcessor
+from herald.store.dialect import Conn
 from herald.store.part import StorePart
 
 StoredEvents = dict[tuple[str, str], tuple[str, str]]
@@ -49,7 +50,8 @@ class SourceStore(StorePart):
         ``destinations_version`` (refresh the catalog and try again). ``ordered``: as
         :meth:`relay`'s, the order lock first."""
         d = self.dialect
-        async with d.tx() as c:
+
+        async def batch(c: Conn) -> tuple[RelayPlan, list[OutboxRow]] | None:
             if not await self._relay_fence(
                 c, ordered=ordered, destinations_version=destinations_version
             ):
@@ -67,6 +69,8 @@ class SourceStore(StorePart):
             now = time.time()
             await self._write_plan(c, plan, now, source)
             return plan, relayed
+
+        return await d.transact(batch)
 
     async def source_lease(self, source: str, owner: str, *, until: float, now: float) -> bool:
         """Take or renew ``owner``'s lease on relaying ``source``; False while another

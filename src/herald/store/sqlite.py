@@ -47,6 +47,7 @@ RELOOK_FIRST_SECONDS = 0.002
 
 log = structlog.get_logger("herald.store")
 T = TypeVar("T")
+C = TypeVar("C", aiosqlite.Connection, ThreadConnection)
 
 # What writes: the writer connection, or a transaction body in its thread.
 Writing = ThreadConnection | InThread
@@ -171,16 +172,14 @@ class SQLiteDialect(NamedQueries):
             await db.execute("ROLLBACK")
             raise
 
-    def _conn(self, conn: aiosqlite.Connection | None) -> aiosqlite.Connection:
+    def _conn(self, conn: C | None) -> C:
         if conn is None:
             raise StorageError("the store is not open")
         return conn
 
     @property
     def _writer(self) -> ThreadConnection:
-        if self._w is None:
-            raise StorageError("the store is not open")
-        return self._w
+        return self._conn(self._w)
 
     @property
     def _reader(self) -> aiosqlite.Connection:

@@ -39,7 +39,7 @@ class InThread:
         return _fetchall(self._conn, sql, params)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows).close()
+        _executemany(self._conn, sql, rows)
 
 
 class ThreadConnection:
@@ -90,7 +90,7 @@ class ThreadConnection:
         return await self.call(functools.partial(_fetchall, sql=sql, params=params))
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self.call(lambda c: c.executemany(sql, rows).close())
+        await self.call(functools.partial(_executemany, sql=sql, rows=rows))
 
     async def begin(self) -> None:
         """``BEGIN IMMEDIATE``, after rolling back a transaction nobody owns (one a
@@ -128,6 +128,10 @@ def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> int:
         return cursor.rowcount
     finally:
         cursor.close()
+
+
+def _executemany(conn: sqlite3.Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    conn.executemany(sql, rows).close()
 
 
 def _fetchall(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
