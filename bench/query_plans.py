@@ -181,9 +181,9 @@ NOTES = {
         " and its response); the listing never does."
     ),
     "purge_select": (
-        "The partial index `herald_deliveries_finished (updated_at) WHERE status <>"
-        " 'pending'` returns the oldest finished deliveries first; the batch stops after"
-        " `retention.batch_size` entries, however many are younger."
+        "The partial index `herald_deliveries_outcomes (updated_at, status, destination_id)"
+        " WHERE status <> 'pending'` returns the oldest finished deliveries first; the batch"
+        " stops after `retention.batch_size` entries, however many are younger."
     ),
     "last_failed_attempt": (
         "The destination's deliveries newest first on `herald_deliveries_destination"

@@ -44,7 +44,7 @@ EXPECTED: dict[str, set[str]] = {
     "next_due_at": PENDING,
     "list_deliveries": LISTING,
     "count_deliveries": {"herald_deliveries_destination", "herald_deliveries_tenant"},
-    "purge_select": {"herald_deliveries_finished"},
+    "purge_select": {"herald_deliveries_outcomes"},
     "last_failed_attempt": {"herald_deliveries_destination"},
     "list_events": {"herald_events_ingested"},
 }
