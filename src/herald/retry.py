@@ -99,6 +99,17 @@ async def retry_storage(
     stopping). Any other exception propagates at once.
     """
 
+    # The first try runs bare: tenacity's machinery costs ~25 µs a call (70 on a slow
+    # guest), and the engine makes this call for every claim, relay pass and recording.
+    try:
+        return await call()
+    except StorageError as exc:
+        if until():
+            return None
+        delay = min(first, cap)
+        on_error(exc, delay)
+    await sleep(delay)
+
     def told(state: tenacity.RetryCallState) -> None:
         assert state.outcome is not None
         assert state.next_action is not None
@@ -106,9 +117,10 @@ async def retry_storage(
         assert isinstance(error, StorageError)
         on_error(error, state.next_action.sleep)
 
+    # From the second try on, the waits go on doubling from where the first left off.
     retrying = tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception_type(StorageError),
-        wait=tenacity.wait_exponential(multiplier=first, max=cap),
+        wait=tenacity.wait_exponential(multiplier=2 * first, max=cap),
         stop=lambda _: until(),
         sleep=sleep,
         before_sleep=told,

@@ -132,3 +132,41 @@ async def test_retry_storage_lets_other_errors_through_at_once() -> None:
     with pytest.raises(ValueError, match="a bug"):
         await retry_storage(broken, on_error=lambda exc, delay: None)
     assert calls == 1
+
+
+async def test_retry_storage_stopping_at_the_first_failure_tries_no_more() -> None:
+    call = Flaky(1000)
+    told: list[float] = []
+    result = await retry_storage(
+        call, on_error=lambda exc, delay: told.append(delay), until=lambda: True
+    )
+    assert (result, call.calls, told) == (None, 1, [])
+
+
+async def test_retry_storage_after_one_failure_waits_the_first_delay_only() -> None:
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    call = Flaky(1)
+    assert await retry_storage(call, on_error=lambda exc, delay: None, sleep=sleep) == 42
+    assert (call.calls, slept) == (2, [0.1])
+
+
+async def test_retry_storage_lets_other_errors_through_on_a_later_try() -> None:
+    calls = 0
+
+    async def sleep(delay: float) -> None:
+        pass
+
+    async def worse() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise StorageError("database is locked")
+        raise ValueError("a bug, not the database")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await retry_storage(worse, on_error=lambda exc, delay: None, sleep=sleep)
+    assert calls == 2
