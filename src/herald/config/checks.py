@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -47,6 +47,22 @@ def check_sqlite_url(value: str) -> str:
     """A ``sqlite:`` URL (the store's or a source's) names a file: three slashes, then a path."""
     if not value.startswith("sqlite:///") or value == "sqlite:///":
         raise ValueError("expected sqlite:///path/to/file.db (three slashes, then a path)")
+    return value
+
+
+def check_database_url(
+    value: str, schemes: Collection[str], *, what: str, use: str, addressed: bool = False
+) -> str:
+    """A database URL (the store's or a source's): ``sqlite:///path``, checked as such,
+    or one of ``schemes``; ``addressed``, the server's URL names a host and a database.
+    ``what`` and ``use`` word the error: unsupported {what} URL scheme …; use {use}."""
+    parts = urlsplit(value)
+    if parts.scheme == "sqlite":
+        return check_sqlite_url(value)
+    if parts.scheme not in schemes:
+        raise ValueError(f"unsupported {what} URL scheme {parts.scheme!r}; use {use}")
+    if addressed and (not parts.hostname or not parts.path.strip("/")):
+        raise ValueError(f"expected {parts.scheme}://user:password@host[:port]/database")
     return value
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -20,8 +19,8 @@ from herald.config.checks import (
     ProxyUrl,
     Section,
     TenantName,
+    check_database_url,
     check_key,
-    check_sqlite_url,
 )
 from herald.flow import BreakerSettings
 
@@ -35,12 +34,9 @@ class DatabaseSettings(Section):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        scheme = urlsplit(value).scheme
-        if scheme == "sqlite":
-            return check_sqlite_url(value)
-        if scheme in ("postgresql", "postgres"):
-            return value
-        raise ValueError(f"unsupported database URL scheme {scheme!r}; use sqlite or postgresql")
+        return check_database_url(
+            value, ("postgresql", "postgres"), what="database", use="sqlite or postgresql"
+        )
 
     @property
     def sqlite_path(self) -> Path | None:

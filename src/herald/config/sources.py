@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from herald.config.checks import Section, check_sqlite_url
+from herald.config.checks import Section, check_database_url
 
 SOURCE_COLUMNS = (
     "seq",
@@ -70,16 +70,9 @@ class SourceSettings(Section):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        scheme = urlsplit(value).scheme
-        if scheme == "sqlite":
-            return check_sqlite_url(value)
-        if scheme not in SOURCE_DIALECTS:
-            raise ValueError(
-                f"unsupported source URL scheme {scheme!r}; use postgresql, mysql or sqlite"
-            )
-        if not urlsplit(value).hostname or not urlsplit(value).path.strip("/"):
-            raise ValueError(f"expected {scheme}://user:password@host[:port]/database")
-        return value
+        return check_database_url(
+            value, SOURCE_DIALECTS, what="source", use="postgresql, mysql or sqlite", addressed=True
+        )
 
     @field_validator("table")
     @classmethod
