@@ -136,7 +136,7 @@ async def serve_worker(parts: AbstractAsyncContextManager[WorkerParts]) -> int:
                         if orjson.loads(line)["op"] == "changed":
                             changed.set()
                         continue
-                    task = asyncio.create_task(make(decode_item(line)))
+                    task = loop.create_task(make(decode_item(line)))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 await out.drain()  # at most the parent's in-flight limit waits to be read

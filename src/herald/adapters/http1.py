@@ -113,6 +113,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._limit = 0
         self._status = 0
         self._headers: list[tuple[str, str]] = []
@@ -127,6 +128,9 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        # Kept for every request on this connection: on Python 3.11 each
+        # asyncio.get_running_loop() is a getpid() system call.
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:  # nothing asked: a receiver talking out of turn
@@ -202,8 +206,8 @@ class _Connection(asyncio.Protocol):
     def begin(self, request: bytes, limit: int) -> asyncio.Future[None]:
         """Write ``request``; the future is done once the answer is read (or failed)."""
         assert self.transport is not None
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
+        assert self._loop is not None  # both set by connection_made
+        self._waiter = self._loop.create_future()
         if self.closed:
             self._waiter.set_exception(ResponseFailed("server disconnected without an answer"))
             return self._waiter
