@@ -175,6 +175,28 @@ async def test_the_circuit_opens_holds_the_backlog_and_lets_one_probe_through(
     assert len(await claim(h, now + 5.4)) == 9  # the backlog flows
 
 
+async def test_a_deleted_destination_leaves_no_flow_row_for_the_claims_to_probe(
+    harness: Harness,
+) -> None:
+    """Deleting a destination ends its deliveries and drops its flow row, and an attempt
+    in flight at the deletion, recorded after it, does not bring the row back."""
+    h = harness
+    dest_id = await backlog(h, 6, rate_limit_per_second=100, circuit_breaker=True)
+    kept = await backlog(h, 1, rate_limit_per_second=100)
+    rows = "SELECT COUNT(*) FROM herald_flow WHERE destination_id = ?"
+    now = time.time()
+    in_flight = [d for d in await claim(h, now) if d.destination_id == dest_id]
+    assert in_flight
+    assert h.scalar(rows, (dest_id,)) == 1
+    await h.service.delete("default", dest_id)
+    assert h.scalar(rows, (dest_id,)) == 0
+    assert h.scalar(rows, (kept,)) == 1
+    await h.store.record_attempts([failed(d, now) for d in in_flight])
+    assert h.scalar(rows, (dest_id,)) == 0
+    statuses = "SELECT DISTINCT status FROM herald_deliveries WHERE destination_id = ?"
+    assert h.rows(statuses, (dest_id,)) == [("failure",)]
+
+
 async def test_the_service_takes_checks_and_shows_the_fields(harness: Harness) -> None:
     h = harness
     dest = await h.service.create("default", webhook(rate_limit_per_second=2.5))

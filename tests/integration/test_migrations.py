@@ -523,3 +523,29 @@ async def test_the_flow_lane_takes_the_pending_deliveries_of_a_schema_19_databas
             assert [d.flow_lane for d in due if d.destination_id == paced.id] == [True]
         finally:
             await store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_flow_rows_of_deleted_destinations_go_from_a_schema_21_database(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0022 drops the flow rows that destinations deleted by an older Herald left (it
+    kept them for good); a live destination's row stays as it was."""
+    async with database_at(21, backend, tmp_path, monkeypatch) as (db, older, make):
+        gone = replace(destination(), tenant_id="acme", rate_limit_per_second=5.0)
+        live = replace(destination(), tenant_id="acme", circuit_breaker=True)
+        async with older() as old:
+            await old.create_destination(gone, verification=None)
+            await old.create_destination(live, verification=None)
+        # Deleted as an older Herald did: the destination only.
+        db.execute("UPDATE herald_destinations SET deleted_at = ? WHERE id = ?", (1.0, gone.id))
+        flows = "SELECT destination_id, rate, breaker FROM herald_flow ORDER BY destination_id"
+        before = db.execute(flows)
+        assert sorted(r[0] for r in before) == sorted([gone.id, live.id])
+        store = make()
+        await store.open()
+        try:
+            assert await store.schema_version() == shipped_version()
+            assert db.execute(flows) == [r for r in before if r[0] == live.id]
+        finally:
+            await store.close()

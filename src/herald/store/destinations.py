@@ -113,7 +113,8 @@ class DestinationStore(StorePart):
             if rate is None and not breaker:
                 return
             flow = Flow(dest.id)
-            # Under flow control from now on (for good: the row stays), in its lane.
+            # Under flow control from now on (the row stays until the destination is
+            # deleted), in its lane.
             await self.dialect.execute(c, "flow_lane", dest.id)
         elif flow.rate == rate and flow.breaker == breaker:
             return
@@ -147,12 +148,14 @@ class DestinationStore(StorePart):
         return [destination_from_row(r, self._box) for r in rows]
 
     async def delete_destination(self, tenant_id: str, dest_id: str, *, now: float) -> bool:
-        """Soft-delete; pending deliveries to it end as ``failure``."""
+        """Soft-delete; pending deliveries to it end as ``failure`` and its flow row
+        (herald.flow) goes: no claim has anything left to pace or to probe."""
         d = self.dialect
         async with d.tx() as c:
             if not await d.execute(c, "delete_destination", now, dest_id, tenant_id):
                 return False
             await d.execute(c, "fail_deliveries_of", now, dest_id)
+            await d.execute(c, "drop_flow", dest_id)
             await d.execute(c, "bump_version")
             return True
 

@@ -41,6 +41,11 @@ ORDER BY rejected_at DESC, seq DESC LIMIT $1
 -- outbox_event --
 SELECT {_outbox_row} FROM herald_outbox WHERE id = $1 AND tenant_id = $2
 
+-- drop_flow --
+-- A deleted destination's flow row: its deliveries have ended, and the claim's flow
+-- probe (flow_due) would otherwise visit the row on every claim for good
+DELETE FROM herald_flow WHERE destination_id = $1
+
 -- set_flow --
 INSERT INTO herald_flow (destination_id, rate, breaker, tat, circuit, opened_at,
   next_probe_at, cooldown, gate_until)
