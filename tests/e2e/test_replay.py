@@ -1,4 +1,8 @@
-"""`herald replay`: each filter re-delivers exactly the matching deliveries."""
+"""`herald replay`: each filter re-delivers exactly the matching deliveries.
+
+What each filter selects is the store's SQL, run on both databases by
+tests/integration/test_replays.py; the command's tests here run on SQLite alone
+(``backend_neutral``), but for the replay's id and outcome, end to end on both."""
 
 from __future__ import annotations
 
@@ -104,6 +108,7 @@ def snapshot(h: Herald) -> list[tuple[object, ...]]:
     )
 
 
+@pytest.mark.backend_neutral
 async def test_dry_run_changes_nothing(scenario: Scenario) -> None:
     before = snapshot(scenario.h)
     out = await scenario.replay("--status", "failure", "--dry-run")
@@ -116,6 +121,7 @@ async def test_dry_run_changes_nothing(scenario: Scenario) -> None:
     assert scenario.arrivals() == Counter()
 
 
+@pytest.mark.backend_neutral
 async def test_by_destination(scenario: Scenario) -> None:
     out = await scenario.replay("--destination", scenario.dests[1])
     assert out["requeued"] == 5
@@ -124,6 +130,7 @@ async def test_by_destination(scenario: Scenario) -> None:
     assert set(scenario.arrivals()) == {"evt_a0", "evt_a1", "evt_a2", "evt_b0", "evt_b1"}
 
 
+@pytest.mark.backend_neutral
 async def test_by_status_and_event_type(scenario: Scenario) -> None:
     out = await scenario.replay("--status", "failure", "--event-type", "order.paid")
     assert out["requeued"] == 4
@@ -134,6 +141,7 @@ async def test_by_status_and_event_type(scenario: Scenario) -> None:
     assert out["matched"] == 6
 
 
+@pytest.mark.backend_neutral
 async def test_by_time_range(scenario: Scenario) -> None:
     h = scenario.h
     cut = time.time()
@@ -155,6 +163,7 @@ async def test_by_time_range(scenario: Scenario) -> None:
     assert "evt_late" not in scenario.arrivals()
 
 
+@pytest.mark.backend_neutral
 async def test_by_delivery_ids_and_file(scenario: Scenario, tmp_path: Path) -> None:
     h = scenario.h
     ids = [
@@ -175,6 +184,7 @@ async def test_by_delivery_ids_and_file(scenario: Scenario, tmp_path: Path) -> N
     assert Counter(scenario.arrivals()) == Counter(r[0] for r in replayed)
 
 
+@pytest.mark.backend_neutral
 async def test_by_status_alone_over_mixed_outcomes(scenario: Scenario) -> None:
     # Destination 1's five succeed on a replay, destination 0's five stay `failure`.
     out = await scenario.replay("--destination", scenario.dests[1])
@@ -190,6 +200,7 @@ async def test_by_status_alone_over_mixed_outcomes(scenario: Scenario) -> None:
     assert failed == [(0,)]
 
 
+@pytest.mark.backend_neutral
 async def test_by_tenant(scenario: Scenario) -> None:
     h = scenario.h
     out = await scenario.replay("--tenant", "someone-else")

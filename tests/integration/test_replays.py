@@ -5,13 +5,14 @@ counted from them afterwards, from an index rather than the table."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from aiohttp import web
 
 from herald.errors import NotFound
-from herald.model import DeliveryFilter, DeliveryStatus, ReplayOutcome
+from herald.model import Delivery, DeliveryFilter, DeliveryStatus, ReplayOutcome
 from herald.store.queries import load_queries
 from tests.integration.conftest import (
     Harness,
@@ -193,3 +194,66 @@ async def test_retention_forgets_a_replay_once_no_delivery_carries_it(failed: Fa
     await h.store.purge(before=time.time() + 3600, limit=1000)
     assert h.scalar("SELECT COUNT(*) FROM herald_deliveries WHERE replay_id IS NOT NULL") == 0
     assert h.scalar("SELECT COUNT(*) FROM herald_replays") == 0
+
+
+async def test_each_filter_requeues_exactly_the_event_deliveries_it_names(
+    harness_factory: HarnessFactory, receivers: ReceiverFactory
+) -> None:
+    """What ``herald replay`` selects by (tests/e2e/test_replay.py runs the command on
+    SQLite): each filter, alone or together, re-queues exactly the failed event
+    deliveries it names on this database, never a verification; a dry run counts the
+    same. Between filters the receiver fails them again."""
+    h = await harness_factory(delivery={"max_retries": 0, "backoff_base_seconds": 0.01})
+    rx = await receivers(
+        lambda item: web.Response(status=500 if item.type.startswith("order.") else 204)
+    )
+    a = await h.add_webhook(rx.url, name="a")
+    b = await h.add_webhook(rx.url, name="b")
+    g = await h.add_webhook(rx.url, name="g", tenant="globex")
+    for type_ in ("order.created", "order.created", "order.created", "order.paid", "order.paid"):
+        await h.emit(type_)
+    await settle(h)
+    cut = time.time()
+    late = await h.emit("order.created")
+    for _ in range(2):
+        await h.emit("order.created", tenant_id="globex")
+    await settle(h)
+    failed = await h.deliveries(status=DeliveryStatus.FAILURE)
+    assert len(failed) == 14
+    assert {d.kind.value for d in failed} == {"event"}
+
+    def ids(keep: Callable[[Delivery], bool]) -> set[str]:
+        return {d.id for d in failed if keep(d)}
+
+    ids_of_a = sorted(ids(lambda d: d.destination_id == a.id))
+    cases: list[tuple[DeliveryFilter, set[str]]] = [
+        (
+            DeliveryFilter(tenant_id="default", destination_id=b.id),
+            ids(lambda d: d.destination_id == b.id),
+        ),
+        (
+            DeliveryFilter(
+                tenant_id="default", status=DeliveryStatus.FAILURE, event_types=("order.paid",)
+            ),
+            ids(lambda d: d.event_type == "order.paid"),
+        ),
+        (DeliveryFilter(tenant_id="default", since=cut), ids(lambda d: d.event_id == late)),
+        (
+            DeliveryFilter(tenant_id="default", until=cut, destination_id=a.id),
+            ids(lambda d: d.destination_id == a.id and d.event_id != late),
+        ),
+        (DeliveryFilter(tenant_id="default", ids=tuple(ids_of_a[:2])), set(ids_of_a[:2])),
+        (DeliveryFilter(tenant_id="globex"), ids(lambda d: d.destination_id == g.id)),
+        (DeliveryFilter(tenant_id="default"), ids(lambda d: d.tenant_id == "default")),
+        (DeliveryFilter(tenant_id="someone-else"), set()),
+        (DeliveryFilter(status=DeliveryStatus.FAILURE), ids(lambda d: True)),  # every tenant's
+    ]
+    for flt, wanted in cases:
+        dry = await h.service.replays.run(flt, dry_run=True, by="test")
+        assert (dry.matched, dry.requeued) == (len(wanted), 0), flt
+        result = await h.service.replays.run(flt, by="test")
+        assert (result.matched, result.requeued) == (len(wanted), len(wanted)), flt
+        pending = await h.deliveries(status=DeliveryStatus.PENDING)
+        assert {d.id for d in pending} == wanted, flt
+        await settle(h)
+        assert len(await h.deliveries(status=DeliveryStatus.FAILURE)) == 14
