@@ -126,8 +126,15 @@ async def interrupted_run(
 
 
 # One process, and the attempts in `herald worker` children (the default on more
-# than one core): a crash or a stop must lose nothing either way.
-PROCESSES = pytest.mark.parametrize("processes", [1, 2], ids=["1proc", "2workers"])
+# than one core): a crash or a stop must lose nothing either way. The one-process
+# run is the same store's: it runs on SQLite alone, the attempt processes on both.
+PROCESSES = pytest.mark.parametrize(
+    "processes",
+    [
+        pytest.param(1, id="1proc", marks=pytest.mark.backend_neutral),
+        pytest.param(2, id="2workers"),
+    ],
+)
 
 
 @PROCESSES
