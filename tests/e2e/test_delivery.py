@@ -179,6 +179,7 @@ async def test_herald_emit_writes_an_event_that_is_delivered_signed(
     assert h.query("SELECT COUNT(*) FROM herald_events WHERE type = 'task_run.completed'") == [(2,)]
 
 
+@pytest.mark.backend_neutral
 async def test_attempt_log_lines_carry_their_ids_and_never_the_payload(
     herald_factory: HeraldFactory, receiver: Receiver
 ) -> None:

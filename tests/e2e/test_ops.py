@@ -269,6 +269,7 @@ class NotifyListener:
         self.sock.close()
 
 
+@pytest.mark.backend_neutral
 async def test_sd_notify_ready_watchdog_stopping(
     herald_factory: HeraldFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,6 +291,7 @@ async def test_sd_notify_ready_watchdog_stopping(
         listener.close()
 
 
+@pytest.mark.backend_neutral
 async def test_sighup_rereads_the_log_level(herald_factory: HeraldFactory) -> None:
     h = herald_factory()
     text = h.config_path.read_text().replace('level = "info"', 'level = "debug"')
@@ -321,6 +323,7 @@ def test_unit_file_is_type_notify_and_hardened() -> None:
         assert directive in unit
 
 
+@pytest.mark.backend_neutral
 async def test_metrics_can_have_a_listener_of_their_own(herald_factory: HeraldFactory) -> None:
     """metrics.listen: the scrape (and the probes) on another port, off the API's."""
     port = free_port()
