@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from herald.adapters.base import MASK
-from herald.adapters.registry import Registry
+from herald.config import MASK
 from herald.model import (
     Attempt,
     Delivery,
@@ -22,6 +21,9 @@ from herald.model import (
 )
 from herald.signals import REVERIFY
 from herald.timeutil import format_epoch
+
+if TYPE_CHECKING:
+    from herald.adapters.registry import Registry
 
 
 def _ts(value: float | None) -> str | None:

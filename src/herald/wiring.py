@@ -14,21 +14,24 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from herald.access import Access
-from herald.adapters.base import AdapterContext
-from herald.adapters.registry import Registry
-from herald.catalog import Catalog
 from herald.config import DeliverySettings, Settings, risky_settings
 from herald.crypto import SecretBox, load_or_create_key_file, parse_key, read_key_file
-from herald.dispatch import Limits
-from herald.egress import EgressPolicy
 from herald.errors import ConfigError, StorageError
-from herald.retry import RetryPolicy
-from herald.service import Operations
-from herald.sourcedb import check_driver, probe
 from herald.store import Store, make_store
+
+# The service layer, the adapters (and aiohttp with them) and the sources' drivers
+# are imported by the functions that build them: a CLI command to keys needs the
+# store alone (:func:`access_store`), and these imports were most of its time.
+if TYPE_CHECKING:
+    from herald.adapters.registry import Registry
+    from herald.catalog import Catalog
+    from herald.dispatch import Limits
+    from herald.egress import EgressPolicy
+    from herald.retry import RetryPolicy
+    from herald.service import Operations
 
 
 def encryption_key(settings: Settings) -> bytes:
@@ -55,6 +58,8 @@ def secret_box(settings: Settings) -> SecretBox:
 
 
 def egress_policy(settings: Settings) -> EgressPolicy:
+    from herald.egress import EgressPolicy
+
     return EgressPolicy(
         allow_private=settings.security.allow_private_networks,
         allowed_networks=tuple(
@@ -64,6 +69,8 @@ def egress_policy(settings: Settings) -> EgressPolicy:
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
+    from herald.retry import RetryPolicy
+
     d = settings.delivery
     return RetryPolicy(
         base_seconds=d.backoff_base_seconds,
@@ -73,6 +80,8 @@ def retry_policy(settings: Settings) -> RetryPolicy:
 
 
 def delivery_limits(d: DeliverySettings) -> Limits:
+    from herald.dispatch import Limits
+
     return Limits(
         max_concurrency=d.max_concurrency,
         max_per_destination=d.max_per_destination,
@@ -104,6 +113,11 @@ async def components(
 ) -> AsyncIterator[Components]:
     """Open the store and build the service layer (for CLI commands and the daemon);
     ``box`` seals credentials instead of the settings' keys (a key rotation's)."""
+    from herald.adapters.base import AdapterContext
+    from herald.adapters.registry import Registry
+    from herald.catalog import Catalog
+    from herald.service import Operations
+
     store = make_store(settings, box or secret_box(settings))
     await store.open()
     registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
@@ -122,6 +136,18 @@ async def components(
         )
     finally:
         await registry.close()
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def access_store(settings: Settings) -> AsyncIterator[Access]:
+    """Open the store and build :class:`~herald.access.Access` alone: what the CLI's
+    key commands need, without the service layer and the adapters."""
+    store = make_store(settings, secret_box(settings))
+    await store.open()
+    try:
+        yield Access(store, settings)
+    finally:
         await store.close()
 
 
@@ -207,6 +233,7 @@ async def preflight(settings: Settings, *, check_db: bool) -> Preflight:
     """Every start-up check of ``herald run`` that changes nothing: raises ConfigError
     for what ``run`` would refuse, StorageError when ``check_db`` finds the database
     unreachable. Creates no key file and no database."""
+    from herald.sourcedb import check_driver, probe
     from herald.store import applied_migrations
     from herald.store.base import load_migrations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
@@ -15,20 +16,8 @@ import argcomplete
 import structlog
 
 from herald.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from herald.cli.daemon import cmd_run, cmd_worker
-from herald.cli.eventtypes import cmd_event_types
-from herald.cli.keys import cmd_keys
-from herald.cli.ops import (
-    cmd_check_config,
-    cmd_instances,
-    cmd_migrate,
-    cmd_replay,
-    cmd_replays,
-)
 from herald.cli.output import visible
 from herald.cli.parser import build_parser
-from herald.cli.resources import cmd_deliveries, cmd_destinations, cmd_emit
-from herald.cli.sources import cmd_outbox
 from herald.config import Settings, load_settings
 from herald.errors import BadRequest, ConfigError, HeraldError, ValidationError, advice
 from herald.logs import configure as configure_logs
@@ -36,19 +25,33 @@ from herald.logs import json_enabled
 
 __all__ = ["build_parser", "main"]
 
-_ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]] = {
-    "migrate": cmd_migrate,
-    "emit": cmd_emit,
-    "keys": cmd_keys,
-    "destinations": cmd_destinations,
-    "deliveries": cmd_deliveries,
-    "event-types": cmd_event_types,
-    "replay": cmd_replay,
-    "replays": cmd_replays,
-    "outbox": cmd_outbox,
-    "instances": cmd_instances,
-    "check-config": cmd_check_config,
+# Each command's module is imported when that command runs: a command to keys has
+# no use for the daemon's web server and adapters, which were most of its time.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("herald.cli.daemon", "cmd_run"),
+    "worker": ("herald.cli.daemon", "cmd_worker"),
+    "migrate": ("herald.cli.ops", "cmd_migrate"),
+    "emit": ("herald.cli.resources", "cmd_emit"),
+    "keys": ("herald.cli.keys", "cmd_keys"),
+    "destinations": ("herald.cli.resources", "cmd_destinations"),
+    "deliveries": ("herald.cli.resources", "cmd_deliveries"),
+    "event-types": ("herald.cli.eventtypes", "cmd_event_types"),
+    "replay": ("herald.cli.ops", "cmd_replay"),
+    "replays": ("herald.cli.ops", "cmd_replays"),
+    "outbox": ("herald.cli.sources", "cmd_outbox"),
+    "instances": ("herald.cli.ops", "cmd_instances"),
+    "check-config": ("herald.cli.ops", "cmd_check_config"),
 }
+"""Each command's module and function. ``run`` and ``worker`` return an exit status;
+the others are coroutines, run here."""
+
+
+def _command(name: str) -> Callable[[Settings, argparse.Namespace], Any]:
+    module, function = _COMMANDS[name]
+    found: Callable[[Settings, argparse.Namespace], Any] = getattr(
+        importlib.import_module(module), function
+    )
+    return found
 
 
 def _die(exc: HeraldError, code: int, *, daemon: bool = False, command: str = "herald") -> NoReturn:
@@ -83,10 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["herald", args.command, *([args.action] if "action" in args else [])])
     try:
         settings = load_settings(args.config)
-        if daemon:
-            return cmd_run(settings, args)
-        if args.command == "worker":
-            return cmd_worker(settings, args)
+        if daemon or args.command == "worker":
+            status: int = _command(args.command)(settings, args)
+            return status
         # Commands print results on stdout. Their log lines go to stderr, and only what
         # went wrong and the audit trail unless --verbose: info lines on a terminal
         # would interleave with the output.
@@ -96,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream=sys.stderr,
             quiet=not args.verbose,
         )
-        return asyncio.run(_ASYNC_COMMANDS[args.command](settings, args))
+        body: Coroutine[Any, Any, int] = _command(args.command)(settings, args)
+        return asyncio.run(body)
     except (ConfigError, ValidationError, BadRequest, UsageError) as exc:
         _die(exc, EXIT_USAGE, daemon=daemon, command=command)
     except HeraldError as exc:

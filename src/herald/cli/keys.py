@@ -22,12 +22,12 @@ from herald.views import list_view
 
 
 async def _cmd_keys_create(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.wiring import components
+    from herald.wiring import access_store
 
     operator = args.operator
     tenant = _tenant(args)
-    async with components(settings) as comp:
-        key, digest = await comp.access.keys.create(tenant, operator=operator)
+    async with access_store(settings) as access:
+        key, digest = await access.keys.create(tenant, operator=operator)
     structlog.get_logger("herald.keys").info(
         "api_key_created", by=f"cli:{os_user()}", **_whose(args), key_id=key_id(digest)
     )
@@ -141,11 +141,11 @@ def _key_view(key: ApiKeyInfo) -> dict[str, Any]:
 
 
 async def _cmd_keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    from herald.wiring import components
+    from herald.wiring import access_store
 
-    async with components(settings) as comp:
+    async with access_store(settings) as access:
         tenant = _tenant(args)
-        views = [_key_view(k) for k in await comp.access.keys.of(tenant, operator=args.operator)]
+        views = [_key_view(k) for k in await access.keys.of(tenant, operator=args.operator)]
     if args.json:
         print_json(list_view(views, has_more=False, next_cursor=None, request_id="cli"))
     else:
@@ -161,12 +161,12 @@ async def _cmd_keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     """Revoke one key, named by its id from ``keys list`` (8+ hex digits) or the key itself.
 
     An operator key's console sessions end with it (they are looked up through it)."""
-    from herald.wiring import components
+    from herald.wiring import access_store
 
     tenant = _tenant(args)
     whose = "operators" if args.operator else f"tenant {args.tenant!r}"
-    async with components(settings) as comp:
-        revoked = _key_view(await comp.access.keys.revoke(tenant, args.key, operator=args.operator))
+    async with access_store(settings) as access:
+        revoked = _key_view(await access.keys.revoke(tenant, args.key, operator=args.operator))
     structlog.get_logger("herald.keys").info(
         "api_key_revoked", by=f"cli:{os_user()}", **_whose(args), key_id=revoked["id"]
     )
