@@ -113,9 +113,9 @@ async def test_retention_deletes_old_finished_history_and_keeps_pending(
         assert (status, attempts) == ("pending", 1)
         assert time.time() - updated_at > RETAIN
         deadline = time.monotonic() + 10
-        while (events := h.query("SELECT id FROM herald_events ORDER BY id")) != [("evt_r3",)]:
-            assert ("evt_r3",) in events, "the pending delivery's event was purged"
-            assert time.monotonic() < deadline, f"events left: {events}"
+        while (stored := h.query("SELECT id FROM herald_events ORDER BY id")) != [("evt_r3",)]:
+            assert ("evt_r3",) in stored, "the pending delivery's event was purged"
+            assert time.monotonic() < deadline, f"events left: {stored}"
             await asyncio.sleep(0.1)
         purged = [e for e in h.log_events() if e.get("event") == "retention_purged"]
         # Six event deliveries and the three verification pings.
