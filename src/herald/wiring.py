@@ -118,35 +118,41 @@ async def components(
     from herald.catalog import Catalog
     from herald.service import Operations
 
-    store = make_store(settings, box or secret_box(settings))
-    await store.open()
-    registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
-    catalog = Catalog(store, registry, require_known_types=settings.catalog.require_known_types)
-    policy = retry_policy(settings)
-    service = Operations(
-        store,
-        registry,
-        policy,
-        catalog=catalog,
-        max_destinations_per_tenant=settings.api.max_destinations_per_tenant,
-    )
-    try:
-        yield Components(
-            settings, store, registry, catalog, policy, service, Access(store, settings)
+    async with opened_store(settings, box=box) as store:
+        registry = Registry(AdapterContext(settings=settings, egress=egress_policy(settings)))
+        catalog = Catalog(store, registry, require_known_types=settings.catalog.require_known_types)
+        policy = retry_policy(settings)
+        service = Operations(
+            store,
+            registry,
+            policy,
+            catalog=catalog,
+            max_destinations_per_tenant=settings.api.max_destinations_per_tenant,
         )
-    finally:
-        await registry.close()
-        await store.close()
+        try:
+            yield Components(
+                settings, store, registry, catalog, policy, service, Access(store, settings)
+            )
+        finally:
+            await registry.close()
 
 
 @contextlib.asynccontextmanager
 async def access_store(settings: Settings) -> AsyncIterator[Access]:
     """Open the store and build :class:`~herald.access.Access` alone: what the CLI's
     key commands need, without the service layer and the adapters."""
-    store = make_store(settings, secret_box(settings))
+    async with opened_store(settings) as store:
+        yield Access(store, settings)
+
+
+@contextlib.asynccontextmanager
+async def opened_store(settings: Settings, *, box: SecretBox | None = None) -> AsyncIterator[Store]:
+    """The settings' store, opened, and closed on the way out; ``box`` as in
+    :func:`components`."""
+    store = make_store(settings, box or secret_box(settings))
     await store.open()
     try:
-        yield Access(store, settings)
+        yield store
     finally:
         await store.close()
 
