@@ -256,7 +256,11 @@ class Relay:
         outbox only then, and every ``idle_poll`` seconds in case a wake-up was lost;
         where the store cannot tell, it queries every ``poll_interval``."""
         self.running = True
-        watched = await self._store.watch_outbox(self.wake, every=self._poll)
+        # Clear while passes follow each other at once (each took a full batch): a
+        # watch that looks for commits need not look then.
+        listening = asyncio.Event()
+        listening.set()
+        watched = await self._store.watch_outbox(self.wake, every=self._poll, listening=listening)
         idle_wait = self._idle_poll if watched else self._poll
         if watched:
             log.info("relay_watching", database=self._store.dialect.name)
@@ -283,7 +287,9 @@ class Relay:
                 self.storage_error = None
                 self._on_storage("relay", True)
                 if count >= self._batch:
+                    listening.clear()
                     continue
+                listening.set()
                 waiters = [
                     asyncio.ensure_future(stop.wait()),
                     asyncio.ensure_future(self._wake.wait()),

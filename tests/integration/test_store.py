@@ -363,6 +363,31 @@ async def test_the_outbox_watch_wakes_on_a_producers_commit_and_only_then(
     assert wakes >= settled + 1
 
 
+async def test_the_outbox_watch_looks_only_while_the_relay_listens(harness: Harness) -> None:
+    """A relay running one full pass after another clears ``listening``: SQLite's
+    watch then stops looking (Herald's own commits would have it wake the relay every
+    poll for nothing), and looks again at once when the relay waits."""
+    h = harness
+    woken = asyncio.Event()
+    listening = asyncio.Event()
+    listening.set()
+    assert await h.store.watch_outbox(woken.set, every=0.005, listening=listening) is True
+    if h.backend == "sqlite":
+        await asyncio.wait_for(woken.wait(), 5)  # the first look always wakes
+    listening.clear()
+    await asyncio.sleep(0.05)  # a look under way when it was cleared ends
+    woken.clear()
+    h.produce("order.created", {"n": 1})  # another process's transaction
+    if h.backend == "sqlite":
+        # Not looked at: forty polls later, still asleep.
+        for _ in range(40):
+            await asyncio.sleep(0.005)
+        assert not woken.is_set()
+        listening.set()
+    # PostgreSQL notifies whatever ``listening`` says.
+    await asyncio.wait_for(woken.wait(), 5)
+
+
 async def test_the_outbox_listener_comes_back_after_its_connection_is_lost(
     harness: Harness,
 ) -> None:

@@ -9,6 +9,7 @@ statement is a named query of ``store/sql/queries.sql`` (both dialects') or
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
@@ -96,9 +97,13 @@ class Dialect(Protocol):
     def oldest_epoch(self, value: Any) -> float | None:
         """``outbox_stats``' oldest ``created_at`` as an epoch, if it has one."""
 
-    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+    async def watch_outbox(
+        self, callback: Callable[[], None], *, every: float, listening: asyncio.Event | None = None
+    ) -> bool:
         """Call ``callback`` when outbox rows may have been inserted (looking ``every``
-        seconds where the database cannot notify); False if unsupported."""
+        seconds where the database cannot notify); False if unsupported. Where the
+        store looks, it looks only while ``listening`` is set (the relay between two
+        passes), not while the relay runs one pass after another."""
         ...
 
     # --- operations whose algorithm differs ------------------------------------------

@@ -4,6 +4,7 @@ with what they signal, and the instances that hold leases."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 
@@ -105,10 +106,13 @@ class EngineStore(StorePart):
 
         return await d.transact(batch)
 
-    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+    async def watch_outbox(
+        self, callback: Callable[[], None], *, every: float, listening: asyncio.Event | None = None
+    ) -> bool:
         """Call ``callback`` when producers may have inserted outbox rows (PostgreSQL
-        notifies; on SQLite a cheap look every ``every`` seconds); False if unsupported."""
-        return await self.dialect.watch_outbox(callback, every=every)
+        notifies; on SQLite a cheap look every ``every`` seconds, while ``listening``
+        is set); False if unsupported."""
+        return await self.dialect.watch_outbox(callback, every=every, listening=listening)
 
     async def insert_outbox(
         self,

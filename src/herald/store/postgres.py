@@ -219,8 +219,11 @@ class PostgresDialect(NamedQueries):
         return None if value is None else float(value)
 
     # --- LISTEN/NOTIFY ----------------------------------------------------
-    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
-        """LISTEN for outbox inserts on a dedicated connection; call ``callback`` on each.
+    async def watch_outbox(
+        self, callback: Callable[[], None], *, every: float, listening: asyncio.Event | None = None
+    ) -> bool:
+        """LISTEN for outbox inserts on a dedicated connection; call ``callback`` on each
+        (``listening`` does not matter: a notification costs nothing to ignore).
 
         The connection is re-established whenever it is lost (a database restart, a
         terminated backend), with ``callback`` called once it is back, since

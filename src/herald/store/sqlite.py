@@ -292,10 +292,12 @@ class SQLiteDialect(NamedQueries):
         except ValueError:
             return None
 
-    async def watch_outbox(self, callback: Callable[[], None], *, every: float) -> bool:
+    async def watch_outbox(
+        self, callback: Callable[[], None], *, every: float, listening: asyncio.Event | None = None
+    ) -> bool:
         """Call ``callback`` when any other connection, in any process, committed to
         the database: looked at when a file of it is written, at most every ``every``
-        seconds.
+        seconds, and only while ``listening`` is set.
 
         SQLite has no notifications across processes. ``PRAGMA data_version`` changes
         exactly when another connection commits; asked on a connection of its own in
@@ -304,14 +306,20 @@ class SQLiteDialect(NamedQueries):
         the database's directory (``fswatch``) says when to ask, so an idle daemon
         does not wake at all; elsewhere it asks every ``every`` seconds, and every
         ``QUIET_LOOK_SECONDS`` once nothing was committed for a second.
+
+        While the relay runs one full pass after another, ``listening`` is clear and
+        the watch sleeps: its look, every ``every`` seconds under load (Herald's own
+        writer commits all the time), would wake nobody.
         """
         if self._watch is None:
             self._watch = asyncio.create_task(
-                self._watch_commits(callback, every), name="herald-sqlite-commits"
+                self._watch_commits(callback, every, listening), name="herald-sqlite-commits"
             )
         return True
 
-    async def _watch_commits(self, callback: Callable[[], None], every: float) -> None:
+    async def _watch_commits(
+        self, callback: Callable[[], None], every: float, listening: asyncio.Event | None
+    ) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         # A commit writes the -wal file (or, in rollback-journal mode, the database).
         name = self.path.name
@@ -328,6 +336,8 @@ class SQLiteDialect(NamedQueries):
             quiet_since = written_at = time.monotonic()
             relook = RELOOK_FIRST_SECONDS
             while True:
+                if listening is not None and not listening.is_set():
+                    await listening.wait()
                 try:
                     # Stepped to the end and closed: a statement left open would keep
                     # a read snapshot, and the WAL could never be checkpointed away.
