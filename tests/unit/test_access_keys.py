@@ -56,6 +56,19 @@ async def test_the_age_counts_from_before_the_read() -> None:
     assert await cache.get("h1") is None
 
 
+async def test_a_fresh_lookup_reads_within_the_bound_and_is_remembered() -> None:
+    """The console's sign-in: a key revoked a moment ago is refused at once."""
+    keys = Keys()
+    cache = KeyCache(keys.lookup, clock=keys.clock)
+    assert await cache.get("h1") == "acme"
+    del keys.live["h1"]  # revoked
+    assert await cache.get("h1") == "acme"  # remembered, inside the bound
+    assert await cache.get("h1", fresh=True) is None
+    assert keys.reads == 2
+    assert await cache.get("h1") is None  # what the fresh read found, from memory now
+    assert keys.reads == 2
+
+
 async def test_unknown_keys_are_remembered_without_growing_past_the_size() -> None:
     keys = Keys()
     cache = KeyCache(keys.lookup, clock=keys.clock, size=3)

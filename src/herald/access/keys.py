@@ -79,11 +79,12 @@ class KeyCache(Generic[T]):
         self._clock = clock
         self._seen: dict[str, tuple[T | None, float]] = {}
 
-    async def get(self, key_hash: str) -> T | None:
-        """The unrevoked key of ``key_hash`` (as ``lookup`` gives it), or None."""
+    async def get(self, key_hash: str, *, fresh: bool = False) -> T | None:
+        """The unrevoked key of ``key_hash`` (as ``lookup`` gives it), or None;
+        ``fresh``: read now whatever is remembered (and remember that read)."""
         began = self._clock()
         seen = self._seen.get(key_hash)
-        if seen is not None and began - seen[1] < self.max_age:
+        if not fresh and seen is not None and began - seen[1] < self.max_age:
             return seen[0]
         found = await self._lookup(key_hash)
         if len(self._seen) >= self._size:
@@ -104,9 +105,10 @@ class Keys:
         self.cache: KeyCache[ApiKeyInfo] = KeyCache(store.api_key, max_age=max_age)
         """The lookup by digest, read by the API, the console and the portal alike."""
 
-    async def lookup(self, key_hash: str) -> ApiKeyInfo | None:
-        """The unrevoked key of ``key_hash`` (a revoked one at most ``max_age`` after)."""
-        return await self.cache.get(key_hash)
+    async def lookup(self, key_hash: str, *, fresh: bool = False) -> ApiKeyInfo | None:
+        """The unrevoked key of ``key_hash`` (a revoked one at most ``max_age`` after;
+        never with ``fresh``, for what is rare and must not be undone a moment later)."""
+        return await self.cache.get(key_hash, fresh=fresh)
 
     async def operator_key_revoked(self, key_hash: str) -> bool:
         """Whether the hash is a revoked operator key's (the console's sign-in says so)."""

@@ -78,7 +78,10 @@ class Sessions:
         if not key or len(key) > MAX_KEY_LENGTH or not key.isascii():
             return None
         key_hash = hash_api_key(key)
-        found = await self.keys.lookup(key_hash)
+        # Read, not remembered: a key revoked a moment ago would open a session that
+        # its very next page ends (sessions are looked up with their key), with no word
+        # of why; a sign-in is rare enough to cost one read.
+        found = await self.keys.lookup(key_hash, fresh=True)
         if found is None or found.kind != OPERATOR_KIND:
             return None
         session_id = secrets.token_urlsafe(32)
