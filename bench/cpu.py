@@ -12,6 +12,12 @@ each group spent since ``start``. A process that appeared during the phase
 counts from zero when it started after ``start`` (PostgreSQL backends a pool
 opened); one that exited counts up to its last sample.
 
+The meter also reads how long each group's threads waited on a run queue for a
+CPU (``/proc/PID/task/TID/schedstat``'s second field, in ns): on a machine with
+fewer cores than busy threads, a pipeline's stages wait for each other's CPU as
+well as for each other's work. Only the threads alive at each sample count (one
+that ended takes its wait with it), and a kernel without schedstats gives none.
+
 The parsing functions are pure (they take the file's text) and unit-tested in
 ``tests/unit/test_bench_cpu.py``.
 """
@@ -99,6 +105,33 @@ def parse_system_busy(text: str) -> tuple[int, int]:
     raise ProcParseError("no aggregate 'cpu' line in /proc/stat")
 
 
+def parse_schedstat(text: str) -> tuple[int, int]:
+    """``/proc/PID/task/TID/schedstat``: (ns run on a CPU, ns waited on a run queue)."""
+    fields = text.split()
+    try:
+        return int(fields[0]), int(fields[1])
+    except (IndexError, ValueError) as exc:
+        raise ProcParseError(f"not a schedstat line: {text[:80]!r}") from exc
+
+
+def run_queue_wait_ns(pid: int, proc: Path = PROC) -> int | None:
+    """Nanoseconds the threads of ``pid`` alive now have waited for a CPU, each since
+    it started; None when the process has exited or the kernel keeps no schedstats."""
+    tasks = proc / str(pid) / "task"
+    try:
+        tids = list(tasks.iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    total, found = 0, False
+    for tid in tids:
+        try:
+            total += parse_schedstat((tid / "schedstat").read_text())[1]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        found = True
+    return total if found else None
+
+
 def clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")
 
@@ -162,6 +195,8 @@ class _Group:
     finder: Finder
     base: dict[int, int] = field(default_factory=dict)
     last: dict[int, int] = field(default_factory=dict)
+    wait_base: dict[int, int] = field(default_factory=dict)
+    wait_last: dict[int, int] = field(default_factory=dict)
 
 
 class CpuMeter:
@@ -174,6 +209,8 @@ class CpuMeter:
         self._busy0 = (0, 0)
         self.machine_busy_s = 0.0
         """The whole machine's busy CPU seconds over the phase (every other process too)."""
+        self.waits: dict[str, float] = {}
+        """After ``stop``: seconds each group's threads waited for a CPU over the phase."""
         self.started = False
 
     def start(self) -> None:
@@ -184,6 +221,9 @@ class CpuMeter:
                 st = read_stat(pid, self._proc)
                 if st is not None:
                     group.base[pid] = group.last[pid] = st.ticks
+                wait = run_queue_wait_ns(pid, self._proc)
+                if wait is not None:
+                    group.wait_base[pid] = group.wait_last[pid] = wait
         self.started = True
 
     def sample(self) -> None:
@@ -192,11 +232,16 @@ class CpuMeter:
                 st = read_stat(pid, self._proc)
                 if st is None:
                     continue
+                new = st.starttime >= self._start_ticks
                 if pid not in group.base:
                     # Started during the phase: all of its time is the phase's; one that
                     # was already running and only now found counts from now.
-                    group.base[pid] = 0 if st.starttime >= self._start_ticks else st.ticks
+                    group.base[pid] = 0 if new else st.ticks
                 group.last[pid] = st.ticks
+                wait = run_queue_wait_ns(pid, self._proc)
+                if wait is not None:
+                    group.wait_base.setdefault(pid, 0 if new else wait)
+                    group.wait_last[pid] = wait
 
     def stop(self) -> dict[str, float]:
         """Sample once more; CPU seconds of each group since ``start``."""
@@ -204,6 +249,10 @@ class CpuMeter:
         busy1 = system_busy(self._proc)
         tck = clock_ticks()
         self.machine_busy_s = (busy1[0] - self._busy0[0]) / tck
+        self.waits = {
+            name: sum(max(0, g.wait_last[p] - g.wait_base[p]) for p in g.wait_last) / 1e9
+            for name, g in self._groups.items()
+        }
         return {
             name: sum(g.last[p] - g.base[p] for p in g.last) / tck
             for name, g in self._groups.items()
@@ -242,6 +291,15 @@ class Phase:
     wall_seconds: float
     cpu_seconds: Mapping[str, float]
     machine_busy_seconds: float
+    wait_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Seconds the groups' threads waited for a CPU (:attr:`CpuMeter.waits`)."""
+
+    def waiting(self, *names: str) -> float:
+        """The named groups' threads' wait for a CPU, in seconds per second of the
+        phase (0.5: half a thread's worth of time spent waiting, all phase long)."""
+        if self.wall_seconds <= 0:
+            return 0.0
+        return round(sum(self.wait_seconds.get(n, 0.0) for n in names) / self.wall_seconds, 3)
 
     def us(self, *names: str) -> float:
         """Microseconds of CPU per item of the named groups together."""

@@ -177,7 +177,11 @@ def _deliver(
             meter.start()
             first_done, t_first = events, time.monotonic()
         phase = cpu.Phase(
-            events - first_done, time.monotonic() - t_first, meter.stop(), meter.machine_busy_s
+            events - first_done,
+            time.monotonic() - t_first,
+            meter.stop(),
+            meter.machine_busy_s,
+            meter.waits,
         )
         rss = vm_hwm_mb(child.pid)
         if spy is not None:
@@ -296,6 +300,11 @@ def run(args: argparse.Namespace) -> int:
     )
     ratio = cpu_us["total"] / loop_us if loop_us else 0.0
     print(f"bare loop per request: {loop_us} µs → Herald's total = {ratio:.2f}× the bare loop's")
+    waits = {g: phase.waiting(g) for g in ("daemon", "workers", "receiver")}
+    print(
+        "waiting for a CPU (run queue, s per s of the phase): daemon {daemon}, attempt"
+        " processes {workers}, receiver {receiver}".format(**waits)
+    )
     result: dict[str, Any] = {
         "herald_per_s": round(rows[0].per_s, 1),
         "ceiling_per_s": round(top.per_s, 1),
@@ -308,8 +317,11 @@ def run(args: argparse.Namespace) -> int:
             "seconds": round(phase.wall_seconds, 3),
             "receiver_us_per_delivery": phase.us("receiver"),
             "machine_busy_us_per_delivery": phase.machine_us,
+            "run_queue_wait_per_s": waits,
             "note": "utime+stime from /proc over the delivery phase (first delivery seen to"
-            " last); machine = /proc/stat busy time of every process on the host",
+            " last); machine = /proc/stat busy time of every process on the host;"
+            " run_queue_wait_per_s = seconds the group's threads waited for a CPU"
+            " (schedstat) per second of the phase",
         },
         "relay_per_s": round(rows[1].per_s, 1),
         "rss_peak_mb": round(rss, 1),

@@ -138,3 +138,45 @@ def test_cpu_seconds_of_this_process_grows() -> None:
         sum(range(1000))
     assert cpu.cpu_seconds(os.getpid()) > before
     assert cpu.cpu_seconds(2**22 + 12345) == 0.0  # no such process
+
+
+def test_parse_schedstat() -> None:
+    assert cpu.parse_schedstat("1234 567 89\n") == (1234, 567)
+    for bad in ("", "12", "x 1 2"):
+        with pytest.raises(cpu.ProcParseError):
+            cpu.parse_schedstat(bad)
+
+
+def _fake_waits(proc: Path, pid: int, **waits: int) -> None:
+    """Threads ``t<TID>=ns waited`` of ``pid`` (its stat written separately)."""
+    for name, ns in waits.items():
+        task = proc / str(pid) / "task" / name.removeprefix("t")
+        task.mkdir(parents=True, exist_ok=True)
+        (task / "schedstat").write_text(f"{ns * 3} {ns} 7\n")
+
+
+def test_meter_sums_the_threads_wait_for_a_cpu_over_the_phase(tmp_path: Path) -> None:
+    proc = _fake_proc(tmp_path, busy=0, uptime_s=100.0)
+    tck = cpu.clock_ticks()
+    _fake_stat(proc, 10, 1, utime=0, stime=0, start=0)
+    _fake_waits(proc, 10, t10=1_000_000_000, t11=500_000_000)
+    _fake_stat(proc, 20, 1, utime=0, stime=0, start=0)  # no schedstat: counts nothing
+    daemon = [10]
+    meter = cpu.CpuMeter({"daemon": lambda: daemon, "other": cpu.only(20)}, proc)
+    meter.start()
+    _fake_waits(proc, 10, t10=1_250_000_000, t11=750_000_000)
+    # a process that started during the phase: all of its wait is the phase's
+    _fake_stat(proc, 30, 10, utime=0, stime=0, start=100 * tck + 1)
+    _fake_waits(proc, 30, t30=100_000_000)
+    daemon.append(30)
+    meter.sample()
+    _fake_waits(proc, 10, t10=1_500_000_000, t11=750_000_000)
+    meter.stop()
+    assert meter.waits == pytest.approx({"daemon": 0.5 + 0.25 + 0.1, "other": 0.0})
+    phase = cpu.Phase(100, 2.0, {}, 0.0, meter.waits)
+    assert phase.waiting("daemon") == pytest.approx(0.425)
+    assert phase.waiting("missing") == 0.0
+    assert cpu.Phase(1, 0.0, {}, 0.0, meter.waits).waiting("daemon") == 0.0
+    if Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists():
+        assert cpu.run_queue_wait_ns(os.getpid()) is not None
+    assert cpu.run_queue_wait_ns(2**22 + 12345) is None
