@@ -388,6 +388,18 @@ async def test_the_outbox_watch_looks_only_while_the_relay_listens(harness: Harn
     await asyncio.wait_for(woken.wait(), 5)
 
 
+async def test_the_outbox_has_one_watcher(harness: Harness) -> None:
+    """A second watcher is refused: SQLite would have ignored its callback and
+    PostgreSQL opened a second listening connection, forgetting the first."""
+    h = harness
+    woken = asyncio.Event()
+    assert await h.store.watch_outbox(woken.set, every=0.01) is True
+    with pytest.raises(RuntimeError, match="one watcher per store"):
+        await h.store.watch_outbox(lambda: None, every=0.01)
+    h.produce("order.created", {"n": 1})  # the first watcher still hears of it
+    await asyncio.wait_for(woken.wait(), 5)
+
+
 async def test_the_outbox_listener_comes_back_after_its_connection_is_lost(
     harness: Harness,
 ) -> None:

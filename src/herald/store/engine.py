@@ -57,6 +57,7 @@ class EngineStore(StorePart):
     # writes only when there are rows: an idle relay polls often, and must not
     # hold up a producer's transaction 50 times a second.
     _outbox_idle: bool = False
+    _outbox_watched: bool = False
 
     # --- outbox -----------------------------------------------------------
     async def relay(
@@ -111,7 +112,14 @@ class EngineStore(StorePart):
     ) -> bool:
         """Call ``callback`` when producers may have inserted outbox rows (PostgreSQL
         notifies; on SQLite a cheap look every ``every`` seconds, while ``listening``
-        is set); False if unsupported."""
+        is set); False if unsupported.
+
+        A store has one watcher, its relay: a second call is refused (RuntimeError)
+        rather than left to the dialect, where SQLite would ignore its callback and
+        PostgreSQL open a second listening connection and forget the first."""
+        if self._outbox_watched:
+            raise RuntimeError("the outbox is watched already: one watcher per store")
+        self._outbox_watched = True
         return await self.dialect.watch_outbox(callback, every=every, listening=listening)
 
     async def insert_outbox(
