@@ -76,7 +76,7 @@ class SourceReader:
 
     def __init__(
         self,
-        db: SourceDB,
+        db: SourceDB[Any],
         relay: Relay,
         store: Store,
         *,

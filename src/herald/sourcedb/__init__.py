@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from typing import Any
 
 from herald.config import SourceSettings, mask_secrets
 from herald.errors import ConfigError
@@ -33,7 +34,7 @@ def check_driver(source: SourceSettings) -> None:
         )
 
 
-def open_source(source: SourceSettings) -> SourceDB:
+def open_source(source: SourceSettings) -> SourceDB[Any]:
     """The (not yet connected) database of ``source``."""
     check_driver(source)
     if source.dialect == "postgresql":

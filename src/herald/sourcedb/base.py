@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -63,8 +64,13 @@ def raw(value: Any) -> bytes | None:
     return str(value).encode()
 
 
-class SourceDB(ABC):
-    """One source's database: connect, read a batch, delete what was relayed."""
+class SourceDB(ABC, Generic[C]):
+    """One source's database: connect, read a batch, delete what was relayed.
+
+    Two connections of the driver's (``C``): one reads, the other deletes the batch
+    relayed before while the next is read. The statements and the connections' life
+    are here; a driver says how to connect, run a statement and turn its errors into
+    :class:`SourceError`."""
 
     dialect: str
     quote = '"'
@@ -98,6 +104,8 @@ class SourceDB(ABC):
         created = settings.column("created_at")
         oldest = f"MIN({q}{created}{q})" if created else "NULL"
         self.stats_sql = f"SELECT COUNT(*), {oldest} FROM {table}"
+        self._conn: C | None = None
+        self._deleter: C | None = None
 
     def keyless(self, exc: BaseException) -> bool:
         """After the first read at open failed with ``exc``: whether it was for the
@@ -183,31 +191,76 @@ class SourceDB(ABC):
         except ValueError:
             return None
 
+    # --- what a driver provides ---------------------------------------------------
     @abstractmethod
+    def _errors(self) -> AbstractAsyncContextManager[None]:
+        """Around each use: the driver's errors become :class:`SourceError` (one line,
+        password masked), the connections closed first (the reader opens again)."""
+
+    @abstractmethod
+    async def _connect(self) -> C:
+        """A new connection, in autocommit: each read sees every commit before it."""
+
+    @abstractmethod
+    async def _disconnect(self, conn: C) -> None:
+        """Close ``conn``, whatever state it is in; never raises."""
+
+    @abstractmethod
+    async def _fetch(self, conn: C, sql: str, args: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        """The rows of one statement."""
+
+    @abstractmethod
+    async def _execute(self, conn: C, sql: str, args: Sequence[Any]) -> None:
+        """One statement whose rows do not matter."""
+
+    async def _opened(self, conn: C) -> None:
+        """The reading connection is open and the table checked (PostgreSQL listens)."""
+
+    # --- the source -------------------------------------------------------------
     async def open(self) -> None:
         """Connect and check that the table and its columns are there."""
+        async with self._errors():
+            self._conn = conn = await self._connect()
+            try:
+                await self._fetch(conn, self.select_sql, (0,))
+            except Exception as exc:
+                if not self.keyless(exc):
+                    raise
+                await self._fetch(conn, self.select_sql, (0,))
+            await self._opened(conn)
+            self._deleter = await self._connect()
 
-    @abstractmethod
     async def close(self) -> None:
-        """Drop the connection (``open`` makes a new one)."""
+        """Drop the connections (``open`` makes new ones)."""
+        conns = (self._conn, self._deleter)
+        self._conn = self._deleter = None
+        for conn in conns:
+            if conn is not None:
+                await self._disconnect(conn)
 
     async def shutdown(self) -> None:
-        """Close for good: the connection and any watch."""
+        """Close for good: the connections and any watch."""
         await self.close()
 
-    @abstractmethod
     async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
         """Up to ``limit`` rows in ``seq`` order: every committed row still there but
         those in the ``exclude`` ranges of ``seq`` (see :meth:`select_statement`)."""
+        async with self._errors():
+            sql, args = self.select_statement(limit, exclude)
+            return self.rows(await self._fetch(connected(self._conn), sql, args))
 
-    @abstractmethod
     async def delete(self, seqs: Sequence[int]) -> None:
         """Remove the rows relayed (committed in Herald's database), on a connection of
         its own: it runs while the next batch is read."""
+        async with self._errors():
+            sql, args = self.delete_statement(seqs)
+            await self._execute(connected(self._deleter), sql, args)
 
-    @abstractmethod
     async def stats(self) -> tuple[int, float | None]:
         """Rows waiting and the ``created_at`` epoch of the oldest."""
+        async with self._errors():
+            [(count, oldest)] = await self._fetch(connected(self._conn), self.stats_sql, ())
+        return int(count), self.oldest_epoch(oldest)
 
     async def watch(self, callback: Callable[[], None]) -> bool:
         """Call ``callback`` when rows may have been committed; False when the

@@ -18,20 +18,17 @@ import asyncmy
 from asyncmy.errors import MySQLError
 
 from herald.config import mask_secrets
-from herald.model import OutboxRow
-from herald.sourcedb.base import SourceDB, SourceError, connected
+from herald.sourcedb.base import SourceDB, SourceError
 
 CONNECT_TIMEOUT_SECONDS = 10
 
 
-class MySQLSource(SourceDB):
+class MySQLSource(SourceDB[asyncmy.Connection]):
     dialect = "mysql"
     quote = "`"
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
-        self._conn: asyncmy.Connection | None = None
-        self._deleter: asyncmy.Connection | None = None
 
     @staticmethod
     def param(n: int) -> str:
@@ -61,43 +58,19 @@ class MySQLSource(SourceDB):
             CONNECT_TIMEOUT_SECONDS,
         )
 
-    async def open(self) -> None:
-        async with self._errors():
-            self._conn = await self._connect()
-            try:
-                await _query(self._conn, self.select_sql, (0,))
-            except Exception as exc:
-                if not self.keyless(exc):
-                    raise
-                await _query(self._conn, self.select_sql, (0,))
-            self._deleter = await self._connect()
+    async def _disconnect(self, conn: asyncmy.Connection) -> None:
+        conn.close()
 
-    async def close(self) -> None:
-        for conn in (self._conn, self._deleter):
-            if conn is not None:
-                conn.close()
-        self._conn = self._deleter = None
+    async def _fetch(
+        self, conn: asyncmy.Connection, sql: str, args: Sequence[Any]
+    ) -> Sequence[Sequence[Any]]:
+        async with conn.cursor() as cur:
+            await cur.execute(sql, tuple(args))
+            return list(await cur.fetchall())
 
-    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
-        async with self._errors():
-            return self.rows(await _query(self._conn, *self.select_statement(limit, exclude)))
-
-    async def delete(self, seqs: Sequence[int]) -> None:
-        async with self._errors():
-            await _query(self._deleter, *self.delete_statement(seqs))
-
-    async def stats(self) -> tuple[int, float | None]:
-        async with self._errors():
-            [(count, oldest)] = await _query(self._conn, self.stats_sql, ())
-        return int(count), self.oldest_epoch(oldest)
-
-
-async def _query(
-    conn: asyncmy.Connection | None, sql: str, args: Sequence[Any]
-) -> list[Sequence[Any]]:
-    async with connected(conn).cursor() as cur:
-        await cur.execute(sql, tuple(args))
-        return list(await cur.fetchall())
+    async def _execute(self, conn: asyncmy.Connection, sql: str, args: Sequence[Any]) -> None:
+        async with conn.cursor() as cur:
+            await cur.execute(sql, tuple(args))
 
 
 def _describe(exc: BaseException) -> str:

@@ -17,21 +17,22 @@ from typing import Any
 
 import aiosqlite
 
-from herald.model import OutboxRow
-from herald.sourcedb.base import SourceDB, SourceError, connected
+from herald.sourcedb.base import SourceDB, SourceError
 from herald.store.fswatch import FileWatch
 
 BUSY_TIMEOUT_MS = 5000
 
 
-class SQLiteSource(SourceDB):
+class SQLiteSource(SourceDB[aiosqlite.Connection]):
     dialect = "sqlite"
+    # Not SQLite's double quotes: a double-quoted name that is no column is read as a
+    # string literal, so a misnamed column (or the ordering_key an older table lacks)
+    # would read its own name on every row instead of failing at open.
+    quote = "`"
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
         self.path = Path(settings.url.removeprefix("sqlite:///"))
-        self._conn: aiosqlite.Connection | None = None
-        self._deleter: aiosqlite.Connection | None = None
         self._watch: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
@@ -46,23 +47,24 @@ class SQLiteSource(SourceDB):
         if not self.path.exists():
             # Connecting would create an empty database where the producer's should be.
             raise SourceError(f"no database file at {self.path}")
-        async with self._errors():
-            self._conn = await _connect(self.path)
-            try:
-                await self._conn.execute_fetchall(self.select_sql, (0,))
-            except Exception as exc:
-                if not self.keyless(exc):
-                    raise
-                await self._conn.execute_fetchall(self.select_sql, (0,))
-            self._deleter = await _connect(self.path)
+        await super().open()
 
-    async def close(self) -> None:
-        conns = (self._conn, self._deleter)
-        self._conn = self._deleter = None
-        for conn in conns:
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()
+    async def _connect(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        return conn
+
+    async def _disconnect(self, conn: aiosqlite.Connection) -> None:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+    async def _fetch(
+        self, conn: aiosqlite.Connection, sql: str, args: Sequence[Any]
+    ) -> Sequence[Sequence[Any]]:
+        return list(await conn.execute_fetchall(sql, tuple(args)))
+
+    async def _execute(self, conn: aiosqlite.Connection, sql: str, args: Sequence[Any]) -> None:
+        await conn.execute(sql, tuple(args))
 
     async def shutdown(self) -> None:
         await self.close()
@@ -70,21 +72,6 @@ class SQLiteSource(SourceDB):
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-
-    async def read(self, limit: int, exclude: Sequence[tuple[int, int]] = ()) -> list[OutboxRow]:
-        async with self._errors():
-            sql, args = self.select_statement(limit, exclude)
-            return self.rows(list(await connected(self._conn).execute_fetchall(sql, tuple(args))))
-
-    async def delete(self, seqs: Sequence[int]) -> None:
-        async with self._errors():
-            sql, args = self.delete_statement(seqs)
-            await connected(self._deleter).execute(sql, tuple(args))
-
-    async def stats(self) -> tuple[int, float | None]:
-        async with self._errors():
-            [(count, oldest)] = list(await connected(self._conn).execute_fetchall(self.stats_sql))
-        return int(count), self.oldest_epoch(oldest)
 
     async def watch(self, callback: Callable[[], None]) -> bool:
         name = self.path.name
@@ -95,12 +82,6 @@ class SQLiteSource(SourceDB):
             _wake_on_writes(watch, callback), name="herald-source-watch"
         )
         return True
-
-
-async def _connect(path: Path) -> aiosqlite.Connection:
-    conn = await aiosqlite.connect(path, isolation_level=None)
-    await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    return conn
 
 
 async def _wake_on_writes(watch: FileWatch, callback: Callable[[], None]) -> None:
