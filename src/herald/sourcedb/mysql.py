@@ -27,9 +27,6 @@ class MySQLSource(SourceDB[asyncmy.Connection]):
     dialect = "mysql"
     quote = "`"
 
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
-
     @staticmethod
     def param(n: int) -> str:
         return "%s"
