@@ -55,6 +55,7 @@ __all__ = [
     "RETRYABLE_4XX",
     "HTTPAdapter",
     "Proxy",
+    "Route",
     "TargetCheck",
     "failure",
     "json_headers",
@@ -190,34 +191,41 @@ async def _connection_ready(
         await on_the_wire()
 
 
+class Route(NamedTuple):
+    """How a request goes out through aiohttp: the session, the egress policy it is
+    held to, and the operator's proxy, behind which the resolver never sees the
+    target, so ``targets`` checks it."""
+
+    session: aiohttp.ClientSession
+    egress: EgressPolicy
+    proxy: Proxy | None = None
+    targets: TargetCheck | None = None
+
+
 @asynccontextmanager
 async def request(
-    session: aiohttp.ClientSession,
+    route: Route,
     url: str,
     *,
     body: bytes,
     headers: Mapping[str, str],
-    egress: EgressPolicy,
-    proxy: Proxy | None = None,
-    targets: TargetCheck | None = None,
     ssl: SSLContext | None = None,
     paced: bool = False,
 ) -> AsyncIterator[aiohttp.ClientResponse]:
-    """POST ``body`` once, held to ``egress``, and yield the response; the errors are
+    """POST ``body`` once along ``route`` and yield the response; the errors are
     the library's (:func:`failure` reads them). ``ssl`` is the destination's own TLS
     (a client certificate, a CA of its own); the connector keys its pool on it.
     ``paced``: the request waits for the attempt's turn (``on_the_wire``) once its
     connection is ready (a request to the receiver; not a token request).
-
-    Through a ``proxy`` the resolver never sees the target, so ``targets`` checks it.
     """
-    check_url_host(url, egress)
-    if proxy is not None and targets is not None:
-        await targets.check(url)
+    check_url_host(url, route.egress)
+    proxy = route.proxy
+    if proxy is not None and route.targets is not None:
+        await route.targets.check(url)
     proxy_headers = None
     if proxy is not None:
         headers, proxy_headers = proxy.headers(url, headers)
-    async with session.post(
+    async with route.session.post(
         url,
         data=body,
         headers=headers,
@@ -249,14 +257,11 @@ def failure(exc: Exception) -> Result | None:
 
 
 async def post(
-    session: aiohttp.ClientSession,
+    route: Route,
     url: str,
     *,
     body: bytes,
     headers: Mapping[str, str],
-    egress: EgressPolicy,
-    proxy: Proxy | None = None,
-    targets: TargetCheck | None = None,
     ssl: SSLContext | None = None,
     masked: Collection[str] = (),
 ) -> Result:
@@ -269,17 +274,7 @@ async def post(
     # Noted before the request: a timeout cancels the attempt, and what was sent stays.
     note_exchange(Exchange("POST", url, sent))
     try:
-        async with request(
-            session,
-            url,
-            body=body,
-            headers=headers,
-            egress=egress,
-            proxy=proxy,
-            targets=targets,
-            ssl=ssl,
-            paced=True,
-        ) as resp:
+        async with request(route, url, body=body, headers=headers, ssl=ssl, paced=True) as resp:
             # The headers as aiohttp sent them (Host, Content-Length and its own added).
             sent, _ = kept_headers(resp.request_info.headers.items(), hidden)
             answered, omitted = kept_headers(
@@ -460,17 +455,12 @@ class HTTPAdapter(Adapter, Generic[P]):
                 ssl=ssl,
                 masked=masked,
             )
-        return await post(
-            self.session(),
-            url,
-            body=body,
-            headers=headers,
-            egress=self.ctx.egress,
-            proxy=self.proxy,
-            targets=self._dial_checks,
-            ssl=ssl,
-            masked=masked,
-        )
+        return await post(self.route(), url, body=body, headers=headers, ssl=ssl, masked=masked)
+
+    def route(self) -> Route:
+        """Through aiohttp: the next session, held to the egress policy, through the
+        operator's proxy if there is one."""
+        return Route(self.session(), self.ctx.egress, self.proxy, self._dial_checks)
 
     async def forget(self, dest_id: str) -> None:
         self.prepared.forget(dest_id)

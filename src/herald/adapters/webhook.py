@@ -526,15 +526,7 @@ class WebhookAdapter(HTTPAdapter[_Prepared]):
         try:
             async with (
                 asyncio.timeout(self.timeout),
-                request(
-                    self.session(),
-                    client.token_url,
-                    body=body,
-                    headers=headers,
-                    egress=self.ctx.egress,
-                    proxy=self.proxy,
-                    targets=self._dial_checks,
-                ) as resp,
+                request(self.route(), client.token_url, body=body, headers=headers) as resp,
             ):
                 status, data = resp.status, await read_body(resp, MAX_TOKEN_RESPONSE)
         except TimeoutError:
