@@ -26,7 +26,7 @@ from herald.access import Access
 from herald.access.idempotency import fingerprint as request_fingerprint
 from herald.access.keys import API_KEY_PREFIX, TENANT_KIND, hash_api_key
 from herald.api import schemas
-from herald.api.cursor import CursorCodec
+from herald.api.cursor import CursorCodec, Pages
 from herald.api.errors import PayloadTooLarge, RateLimited, RequestTimeout, Unauthorized, error_body
 from herald.api.server import read_body
 from herald.audit import audit
@@ -323,29 +323,25 @@ class ApiBase:
         if isinstance(data.get("type"), str) and len(data["type"]) <= MAX_TYPE_LENGTH:
             self.registry.canonical(data["type"])
 
-    def _after(
+    def _pages(
         self, query: Mapping[str, str], *, endpoint: str, filters: Mapping[str, object]
-    ) -> str | None:
-        """The key of the record a page starts after: its ``cursor`` (None: the first page)."""
-        if "cursor" not in query:
-            return None
-        return self.cursors.decode(query["cursor"], endpoint=endpoint, filters=filters)
+    ) -> Pages:
+        """Where a list's page starts (its ``cursor``, checked against ``endpoint`` and
+        ``filters``), and the scope its next cursor is bound to."""
+        return self.cursors.pages(query.get("cursor"), endpoint=endpoint, filters=filters)
 
     def _page(
         self,
         request: web.Request,
+        pages: Pages,
         items: list[dict[str, Any]],
         has_more: bool,
         *,
-        endpoint: str,
-        filters: Mapping[str, object],
         model: type[BaseModel],
         key: str = "id",
     ) -> web.Response:
         """A page of ``items``, with the cursor of its last item's ``key`` if more follow."""
-        next_cursor = None
-        if has_more and items:
-            next_cursor = self.cursors.encode(items[-1][key], endpoint=endpoint, filters=filters)
+        next_cursor = pages.cursor(items[-1][key]) if has_more and items else None
         body = list_view(
             items, has_more=has_more, next_cursor=next_cursor, request_id=request[REQUEST_ID]
         )

@@ -13,10 +13,28 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 
 from herald.errors import BadRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Pages:
+    """One list request's paging: ``after``, the key its page starts after (None: the
+    first page), and the scope (endpoint and filters) its cursor was checked against.
+    The next page's cursor is made in the same scope, so the cursor a list hands out
+    is always one it takes back."""
+
+    codec: CursorCodec
+    endpoint: str
+    filters: Mapping[str, object]
+    after: str | None
+
+    def cursor(self, last_key: str) -> str:
+        """The cursor of the page after the one whose last record is ``last_key``."""
+        return self.codec.encode(last_key, endpoint=self.endpoint, filters=self.filters)
 
 
 class CursorCodec:
@@ -30,6 +48,11 @@ class CursorCodec:
 
     def _sign(self, payload: bytes) -> bytes:
         return hmac.new(self._key, payload, hashlib.sha256).digest()[:16]
+
+    def pages(self, cursor: str | None, *, endpoint: str, filters: Mapping[str, object]) -> Pages:
+        """A list request's :class:`Pages` from its ``cursor`` (None: the first page)."""
+        after = None if cursor is None else self.decode(cursor, endpoint=endpoint, filters=filters)
+        return Pages(self, endpoint, filters, after)
 
     def encode(self, last_id: str, *, endpoint: str, filters: Mapping[str, object]) -> str:
         payload = orjson.dumps({"k": last_id, "s": self._scope(endpoint, filters)})

@@ -39,17 +39,10 @@ class DeliveryHandlers(ApiBase):
         )
         filters = {k: query.get(k) for k in ("status", "event_type", "since", "until")}
         filters["tenant"] = request[TENANT]
-        endpoint = f"deliveries:{dest.id}"
-        before = self._after(query, endpoint=endpoint, filters=filters)
-        items, more = await self.service.list_deliveries(flt, before_id=before, limit=limit)
-        return self._page(
-            request,
-            [delivery_view(d) for d in items],
-            more,
-            endpoint=endpoint,
-            filters=filters,
-            model=schemas.DeliveryList,
-        )
+        pages = self._pages(query, endpoint=f"deliveries:{dest.id}", filters=filters)
+        items, more = await self.service.list_deliveries(flt, before_id=pages.after, limit=limit)
+        views = [delivery_view(d) for d in items]
+        return self._page(request, pages, views, more, model=schemas.DeliveryList)
 
     async def get_delivery(self, request: web.Request) -> web.StreamResponse:
         delivery = await self.service.get_delivery(request[TENANT], request.match_info["id"])
@@ -95,16 +88,8 @@ class DeliveryHandlers(ApiBase):
     async def list_replays(self, request: web.Request) -> web.StreamResponse:
         query = query_params(request, {"limit", "cursor"})
         limit = page_limit(query)
-        filters = {"tenant": request[TENANT]}
-        before = self._after(query, endpoint="replays", filters=filters)
-        items, more = await self.service.replays.page(
-            request[TENANT], before_id=before, limit=limit
-        )
-        return self._page(
-            request,
-            [replay_view(r, for_tenant=request[TENANT]) for r in items],
-            more,
-            endpoint="replays",
-            filters=filters,
-            model=schemas.ReplayList,
-        )
+        tenant = request[TENANT]
+        pages = self._pages(query, endpoint="replays", filters={"tenant": tenant})
+        items, more = await self.service.replays.page(tenant, before_id=pages.after, limit=limit)
+        views = [replay_view(r, for_tenant=tenant) for r in items]
+        return self._page(request, pages, views, more, model=schemas.ReplayList)

@@ -47,19 +47,13 @@ class DestinationHandlers(ApiBase):
         status = status_param(query, DestinationStatus, DESTINATION_STATUSES)
         type_ = self.registry.canonical(query["type"]) if "type" in query else None
         filters = {"tenant": request[TENANT], "status": query.get("status"), "type": type_}
-        before = self._after(query, endpoint="destinations", filters=filters)
+        pages = self._pages(query, endpoint="destinations", filters=filters)
         items, more = await self.service.list_destinations(
-            request[TENANT], status=status, type=type_, before_id=before, limit=limit
+            request[TENANT], status=status, type=type_, before_id=pages.after, limit=limit
         )
         health = await self.service.health(items)
-        return self._page(
-            request,
-            [{**self._dest(d), "health": health_view(health.get(d.id))} for d in items],
-            more,
-            endpoint="destinations",
-            filters=filters,
-            model=self.models.destination_list,
-        )
+        views = [{**self._dest(d), "health": health_view(health.get(d.id))} for d in items]
+        return self._page(request, pages, views, more, model=self.models.destination_list)
 
     async def get_destination(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())

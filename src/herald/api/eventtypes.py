@@ -9,8 +9,6 @@ from herald.api.base import TENANT, ApiBase
 from herald.api.request import json_body, page_limit, query_params
 from herald.views import event_type_view
 
-_ENDPOINT = "event_types"
-
 
 class EventTypeHandlers(ApiBase):
     """``/v2/event-types``."""
@@ -18,18 +16,11 @@ class EventTypeHandlers(ApiBase):
     async def list_event_types(self, request: web.Request) -> web.StreamResponse:
         query = query_params(request, {"limit", "cursor"})
         limit = page_limit(query)
-        filters = {"tenant": request[TENANT]}
-        after = self._after(query, endpoint=_ENDPOINT, filters=filters)
-        items, more = await self.service.event_types.list(request[TENANT], after=after, limit=limit)
-        return self._page(
-            request,
-            [event_type_view(e) for e in items],
-            more,
-            endpoint=_ENDPOINT,
-            filters=filters,
-            model=schemas.EventTypeList,
-            key="type",
-        )
+        tenant = request[TENANT]
+        pages = self._pages(query, endpoint="event_types", filters={"tenant": tenant})
+        items, more = await self.service.event_types.list(tenant, after=pages.after, limit=limit)
+        views = [event_type_view(e) for e in items]
+        return self._page(request, pages, views, more, model=schemas.EventTypeList, key="type")
 
     async def get_event_type(self, request: web.Request) -> web.StreamResponse:
         query_params(request, set())
