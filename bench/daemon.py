@@ -204,6 +204,12 @@ class HeraldInstance:
             deadline.check(f"{self.name} not ready")
             time.sleep(0.05)
 
+    def taken(self) -> dict[str, int]:
+        """The running daemon's deliveries taken to attempt, by how (``/metrics``)."""
+        url = f"http://127.0.0.1:{self.api_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return taken_from_metrics(resp.read().decode())
+
     def activate(self, dest_ids: str | Sequence[str], deadline: Deadline) -> None:
         """Run Herald until every destination's verification ping made it ``active``."""
         ids = [dest_ids] if isinstance(dest_ids, str) else list(dest_ids)
@@ -231,6 +237,17 @@ class HeraldInstance:
             raise
         self.stop(child)
         log(f"{len(ids)} destination(s) active")
+
+
+def taken_from_metrics(text: str) -> dict[str, int]:
+    """``herald_deliveries_taken_total`` by its ``via`` label, from a Prometheus text page."""
+    taken: dict[str, int] = {}
+    prefix = 'herald_deliveries_taken_total{via="'
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            via, _, value = line[len(prefix) :].partition('"} ')
+            taken[via] = int(float(value))
+    return taken
 
 
 def wait_count(

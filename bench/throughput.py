@@ -127,9 +127,9 @@ def _deliver(
     deadline: Deadline,
     args: argparse.Namespace,
     recv: receiver.Receiver,
-) -> tuple[float, float, float, cpu.Phase]:
+) -> tuple[float, float, float, cpu.Phase, dict[str, int]]:
     """Run Herald until all events are delivered: (seconds, relay seconds, RSS peak MiB,
-    CPU over the delivery phase).
+    CPU over the delivery phase, the deliveries it took by hand-over and by claim).
 
     The delivery phase runs from the first poll that sees a delivery done to the
     last (start-up, the first relay batch and the stop excluded); its CPU is that
@@ -184,6 +184,7 @@ def _deliver(
             meter.waits,
         )
         rss = vm_hwm_mb(child.pid)
+        taken = inst.taken()
         if spy is not None:
             spy.proc.wait(timeout=args.profile + 30)
             spy.stop()
@@ -202,7 +203,7 @@ def _deliver(
     inst.stop(child)
     last = inst.scalar("SELECT MAX(updated_at) FROM herald_deliveries WHERE kind = 'event'")
     relayed = inst.scalar("SELECT MAX(ingested_at) FROM herald_events WHERE id LIKE 'evt_bench%'")
-    return float(last) - child.started_wall, float(relayed) - child.started_wall, rss, phase
+    return float(last) - child.started_wall, float(relayed) - child.started_wall, rss, phase, taken
 
 
 def _verify(inst: HeraldInstance, events: int) -> None:
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             inst.activate(dest_id, setup)
             load = inst.preload(events)
             log(f"pre-loaded {events} outbox rows in {load:.2f} s")
-            herald_s, relay_s, rss, phase = _deliver(
+            herald_s, relay_s, rss, phase, taken = _deliver(
                 inst, events, Deadline("delivery", args.timeout), args, recv
             )
             _verify(inst, events)
@@ -305,6 +306,11 @@ def run(args: argparse.Namespace) -> int:
         "waiting for a CPU (run queue, s per s of the phase): daemon {daemon}, attempt"
         " processes {workers}, receiver {receiver}".format(**waits)
     )
+    all_taken = sum(taken.values()) or 1
+    print(
+        "deliveries the daemon took to attempt: "
+        + ", ".join(f"by {via} {n} ({100 * n / all_taken:.0f} %)" for via, n in taken.items())
+    )
     result: dict[str, Any] = {
         "herald_per_s": round(rows[0].per_s, 1),
         "ceiling_per_s": round(top.per_s, 1),
@@ -323,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
             " run_queue_wait_per_s = seconds the group's threads waited for a CPU"
             " (schedstat) per second of the phase",
         },
+        "deliveries_taken": taken,
         "relay_per_s": round(rows[1].per_s, 1),
         "rss_peak_mb": round(rss, 1),
         "events": events,

@@ -172,6 +172,7 @@ class Daemon:
             on_storage=self.metrics.database_result,
         )
         self.metrics.track_inflight(lambda: dispatcher.inflight)
+        self.metrics.track_taken(lambda: dispatcher.taken)
 
         # Up = running and able to use the database; /readyz says the same in words.
         # "workers" is the dispatcher's old label, reported beside it for one release

@@ -135,7 +135,7 @@ class Dispatcher:
             free=self._slots.free,
             outstanding=self._slots.outstanding,
             tenant_load=self._slots.tenant_load,
-            launch=self._launch,
+            launch=self._handed_over,
         )
         self._idle = asyncio.Event()
         self._idle.set()
@@ -151,6 +151,9 @@ class Dispatcher:
         self._claim_error: str | None = None
         self._held = Held(limits.breaker_failures)
         """What of the breaker destinations' claimed deliveries must not begin."""
+        self.taken = {"handover": 0, "claim": 0}
+        """Deliveries taken to attempt, by how they came: stored leased by the relay
+        (the hand-over) or claimed from the table (``herald_deliveries_taken_total``)."""
         # Looked up once: asyncio.get_running_loop() makes a getpid() system call.
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -246,6 +249,7 @@ class Dispatcher:
             if due is None:
                 continue  # stopping
             self._on_storage("claim", True)
+            self.taken["claim"] += len(due)
             await self._start(due)
             if len(due) >= want:
                 self._claim_error = None
@@ -302,6 +306,10 @@ class Dispatcher:
         missing = [d for d in due if self._catalog.get(d.destination_id) is None]
         if missing:
             await self._catalog.refresh(force=True)
+        self._launch(due)
+
+    def _handed_over(self, due: list[DueDelivery]) -> None:
+        self.taken["handover"] += len(due)
         self._launch(due)
 
     def _launch(self, due: list[DueDelivery]) -> None:

@@ -137,6 +137,32 @@ class _Buckets:
         return out
 
 
+class _Taken(Collector):
+    """``herald_deliveries_taken_total``: plain ints the dispatcher counts, read at a
+    scrape (no lock and no call per delivery)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        family = self._family()
+        for via, count in self._read().items():
+            family.add_metric([via], count)
+        return [family]
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "herald_deliveries_taken",
+            "Deliveries taken to attempt, by how: handover (stored leased by the relay,"
+            " started without a claim) or claim (claimed from the table)",
+            labels=["via"],
+        )
+
+
 class AttemptCollector(Collector):
     """The metrics counted once per attempt, kept in plain ints and floats.
 
@@ -508,6 +534,11 @@ class Metrics:
 
     def track_inflight(self, read: Callable[[], float]) -> None:
         self.inflight.set_function(read)
+
+    def track_taken(self, read: Callable[[], Mapping[str, int]]) -> None:
+        """The dispatcher's count of deliveries taken to attempt, by how they came
+        (``handover``, ``claim``), read at every scrape."""
+        self.registry.register(_Taken(read))
 
     def track_components(self, **checks: Callable[[], bool]) -> None:
         """Whether each component runs and can do its work now, read at every scrape."""

@@ -111,6 +111,14 @@ async def test_metrics_count_exactly_what_happened(herald_factory: HeraldFactory
         assert m['herald_delivery_attempt_duration_seconds_count{destination_type="webhook"}'] == 15
         assert m['herald_build_info{version="0.1.0"}'] == 1
         assert m["herald_inflight_attempts"] == 0
+        # Each attempt began with its delivery taken, by the hand-over or a claim; the
+        # pings and the retries only by a claim.
+        taken = {
+            via: m.get(f'herald_deliveries_taken_total{{via="{via}"}}', 0)
+            for via in ("handover", "claim")
+        }
+        assert sum(taken.values()) == 15
+        assert taken["claim"] >= 2 + 3
         # Gauges come from a periodic refresh: wait for one taken after the work settled
         # (Herald's own events reach the outbox after the deliveries they are about end,
         # so a refresh between the two sees no delivery pending and rows in the outbox).
