@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, ...]] = [
         "herald.logs",
         "herald.systemd",
         "herald.gctune",
+        "herald.collectors",
         "herald.metrics",
         "herald.tracing",
         "herald.audit",
