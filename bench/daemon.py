@@ -241,13 +241,15 @@ class HeraldInstance:
 
 def taken_from_metrics(text: str) -> dict[str, int]:
     """``herald_deliveries_taken_total`` by its ``via`` label, from a Prometheus text page."""
-    taken: dict[str, int] = {}
-    prefix = 'herald_deliveries_taken_total{via="'
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            via, _, value = line[len(prefix) :].partition('"} ')
-            taken[via] = int(float(value))
-    return taken
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        s.labels["via"]: int(s.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "herald_deliveries_taken"
+        for s in family.samples
+        if s.name == "herald_deliveries_taken_total"
+    }
 
 
 def wait_count(

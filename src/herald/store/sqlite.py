@@ -311,10 +311,10 @@ class SQLiteDialect(NamedQueries):
         the watch sleeps: its look, every ``every`` seconds under load (Herald's own
         writer commits all the time), would wake nobody.
         """
-        if self._watch is None:
-            self._watch = asyncio.create_task(
-                self._watch_commits(callback, every, listening), name="herald-sqlite-commits"
-            )
+        # One watcher per store: the engine refuses a second (EngineStore.watch_outbox).
+        self._watch = asyncio.create_task(
+            self._watch_commits(callback, every, listening), name="herald-sqlite-commits"
+        )
         return True
 
     async def _watch_commits(
